@@ -1,0 +1,6 @@
+"""``python -m app`` runs the tokchat CLI."""
+import sys
+
+from app.cli import main
+
+sys.exit(main())

