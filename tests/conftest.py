@@ -1,0 +1,51 @@
+"""Shared fixtures: the real test assets, fetched by ``tests/assets.py``.
+
+A missing asset fails the test with the command that fetches it; nothing
+is skipped.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from assets import asset_path  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 GGUF: gpt2 BPE, pre=smollm, ChatML."""
+    return asset_path("smollm2.gguf")
+
+
+@pytest.fixture(scope="session")
+def qwen_path() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF: gpt2 BPE, pre=qwen2."""
+    return asset_path("qwen2.5-coder-0.5b.gguf")
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma 3 270M Q4_K_M GGUF: SentencePiece-style BPE, no chat template."""
+    return asset_path("gemma3-270m.gguf")
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_dir() -> Path:
+    """Qwen2.5 tokenizer.json + tokenizer_config.json."""
+    return asset_path("qwen2.5-tokenizer")
+
+
+@pytest.fixture(scope="session")
+def llama32_tokenizer_dir() -> Path:
+    """Llama 3.2 tokenizer.json + tokenizer_config.json."""
+    return asset_path("llama3.2-tokenizer")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_models_dir() -> Path:
+    """llama.cpp's vendor/llama.cpp/models: ggml-vocab-*.gguf with .inp/.out, and templates/."""
+    return asset_path("llama.cpp-models")
