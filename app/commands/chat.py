@@ -1,33 +1,55 @@
-"""``tokchat [--model PATH] [--prompt TEXT]``: the chat itself, TUI or headless."""
+"""``tokchat [--model PATH] [--prompt TEXT]``: the chat itself, TUI or headless.
+
+The flags here are the whole chat surface; :mod:`app.config` merges them
+over the config files into one :class:`app.options.ChatOptions`.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", "-m", help="a .gguf file (default: the bundled SmolLM2-135M-Instruct)")
-    parser.add_argument("--prompt", "-p", help="answer one prompt headless, streaming to stdout")
-
-
-def resolve_model(value: str | None) -> Path:
-    """The model path to use: ``--model`` or the bundled model."""
-    from app.bundled import bundled_model_path
-
-    if value is None:
-        return bundled_model_path()
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"model not found: {path} (pass --model PATH.gguf)")
-    return path
+    add = parser.add_argument
+    add("--model", "-m", help="a .gguf file, an MLX model directory or hf:ORG/REPO/FILE.gguf "
+        "(default: the bundled SmolLM2-135M-Instruct)")
+    add("--prompt", "-p", help="answer one prompt headless, streaming to stdout (or pipe the prompt on stdin)")
+    add("--system", "-s", help="system prompt")
+    add("--template", choices=["auto", "model", "chatml", "llama3", "gemma"],
+        help="chat template (default auto: the model's own if it renders, else the detected family)")
+    add("--template-file", help="a Jinja chat template file to use instead")
+    add("--backend", choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx"],
+        help="inference backend (default auto; see `tokchat doctor`)")
+    add("--device", choices=["CPU", "GPU", "NPU"], help="OpenVINO device")
+    add("--temperature", "--temp", type=float, help="sampling temperature (0 = greedy)")
+    add("--top-p", type=float, help="nucleus sampling threshold")
+    add("--top-k", type=int, help="keep the k most likely tokens")
+    add("--min-p", type=float, help="drop tokens below this fraction of the top probability")
+    add("--repeat-penalty", type=float, help="penalty for repeated tokens (1 = off)")
+    add("--max-tokens", "-n", type=int, help="most tokens in one reply")
+    add("--seed", type=int, help="random seed")
+    add("--ctx", type=int, help="context size in tokens")
+    think = parser.add_mutually_exclusive_group()
+    think.add_argument("--think", dest="think", action="store_true", default=None,
+                       help="enable thinking where the template supports it")
+    think.add_argument("--no-think", dest="think", action="store_false", help="disable thinking")
+    add("--show-thinking", action="store_true", default=None, help="headless: print the reasoning too (to stderr)")
+    add("--stats", action="store_true", default=None, help="headless: one JSON line of turn stats on stderr")
+    add("--no-history", dest="history", action="store_false", default=None,
+        help="do not record this chat in the history database")
+    add("--theme", help="Textual theme for the TUI")
 
 
 def run(args: argparse.Namespace) -> int:
-    model = resolve_model(args.model)
-    if args.prompt is not None or not sys.stdin.isatty():
-        print(f"headless mode lands with the conversation issue; model: {model}", file=sys.stderr)
-        return 2
-    from app.tui.placeholder import run_placeholder
+    from app.config import chat_options
 
-    return run_placeholder(model)
+    if args.prompt is None and not sys.stdin.isatty():
+        args.prompt = sys.stdin.read()
+    options = chat_options(args)
+    if options.prompt is not None:
+        from app.headless import run_headless
+
+        return run_headless(options)
+    from app.tui import run_tui
+
+    return run_tui(options)

@@ -1,0 +1,38 @@
+"""The settings one chat runs with, after config files and CLI flags are merged.
+
+:func:`app.config.chat_options` builds this from ``configs/default.toml``, the
+user's ``config.toml`` and the command line (flags win); the TUI and the
+headless mode only ever read a :class:`ChatOptions`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends.base import SamplingParams
+
+
+@dataclass
+class ChatOptions:
+    """Everything a chat needs to start."""
+
+    #: a .gguf path, an MLX model directory, ``hf:ORG/REPO/FILE.gguf``, or None for the bundled model
+    model: str | None = None
+    #: headless prompt; None opens the TUI
+    prompt: str | None = None
+    system: str = ""
+    #: auto | model | chatml | llama3 | gemma
+    template: str = "auto"
+    template_file: Path | None = None
+    #: auto | cpu | cuda | rocm | vulkan | metal | openvino | mlx
+    backend: str = "auto"
+    device: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: context size in tokens; None: the model's training context capped at 8192
+    ctx: int | None = None
+    #: enable_thinking for templates that support it; None: the template's default
+    think: bool | None = None
+    show_thinking: bool = False
+    stats: bool = False
+    history: bool = True
+    theme: str = "textual-dark"
