@@ -1,0 +1,189 @@
+"""Record one chat into the history, and never let the history stop the chat.
+
+:class:`HistoryRecorder` is what headless runs and the TUI talk to.  The
+calls follow a turn:
+
+    recorder.on_user(ChatMessage("user", text))      # committed before generation starts
+    for event in session.send(text):
+        recorder.on_event(event)                     # partial reply saved about once a second
+    recorder.on_reply(session.messages[-1])          # final text, stats and finish reason
+    ...
+    recorder.close()                                 # a reply still open is kept as "interrupted"
+
+The first :class:`app.store.StoreError` (read-only directory, full disk, a
+database from a newer tokchat) switches the recorder off for the rest of the
+chat; :meth:`take_notice` hands out the one-line explanation exactly once, so
+the UI says it once.  ``history = false`` / ``--no-history`` gives a recorder
+that never opens, creates or writes anything.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from app.store import ChatStore, StoreError
+
+
+class HistoryRecorder:
+    """Writes one conversation as it happens; inert once disabled."""
+
+    def __init__(self, *, enabled: bool = True, store_path: str | Path | None = None,
+                 store: ChatStore | None = None, model_path: str | Path = "", model_name: str = "",
+                 template: str = "", system: str = "", sampling: Any = None,
+                 settings: dict | None = None, progress_interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.enabled = enabled
+        self._store = store
+        self._store_path = store_path
+        self._owns_store = store is None
+        self._meta = dict(model=str(model_path or ""), model_name=model_name, template=template,
+                          system=system, sampling=sampling, settings=settings or {})
+        self.conversation_id: int | None = None
+        self._notice: str | None = None
+        self._notice_taken = False
+        self._reply_id: int | None = None
+        self._partial = {"content": "", "reasoning": ""}
+        self._interval = progress_interval_s
+        self._clock = clock
+        self._last_progress = 0.0
+
+    @classmethod
+    def from_options(cls, options: Any, *, model_path: str | Path = "", model_name: str = "",
+                     template: str = "", **kwargs: Any) -> HistoryRecorder:
+        """A recorder for a chat run with :class:`app.options.ChatOptions`."""
+        from dataclasses import asdict
+
+        settings = {"backend": options.backend, "ctx": options.ctx, "think": options.think,
+                    "template_option": options.template, "preset": getattr(options, "preset", None)}
+        return cls(enabled=options.history, model_path=model_path, model_name=model_name,
+                   template=template, system=options.system, sampling=asdict(options.sampling),
+                   settings=settings, **kwargs)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> ChatStore | None:
+        """The open store (opened on first use), or None when history is off."""
+        if not self.enabled:
+            return None
+        if self._store is None:
+            try:
+                self._store = ChatStore(self._store_path)
+            except StoreError as exc:
+                self._disable(exc)
+                return None
+        return self._store
+
+    def _disable(self, exc: StoreError) -> None:
+        self.enabled = False
+        if self._notice is None:
+            self._notice = f"history is off for this chat: {exc}"
+
+    @property
+    def notice(self) -> str | None:
+        """Why history was switched off, if it was."""
+        return self._notice
+
+    def take_notice(self) -> str | None:
+        """The notice the first time it is asked for after history failed; None afterwards."""
+        if self._notice is None or self._notice_taken:
+            return None
+        self._notice_taken = True
+        return self._notice
+
+    def _guard(self, action: Callable[[ChatStore], Any]) -> Any:
+        store = self.store
+        if store is None:
+            return None
+        try:
+            return action(store)
+        except StoreError as exc:
+            self._disable(exc)
+            return None
+
+    # -- conversation -----------------------------------------------------------------------
+
+    def start_new(self, **meta: Any) -> None:
+        """The next message starts a new conversation (``meta`` updates model/template/system...)."""
+        self.close_reply()
+        self._meta.update(meta)
+        self.conversation_id = None
+
+    def resume(self, conv_id: int) -> None:
+        """Append further turns to a stored conversation."""
+        self.close_reply()
+        self.conversation_id = conv_id
+
+    def set_system(self, text: str) -> None:
+        self._meta["system"] = text
+        if self.conversation_id is not None:
+            self._guard(lambda s: s.update_conversation(self.conversation_id, system=text))
+
+    def truncate(self, keep: int) -> None:
+        """Drop stored messages after the first ``keep`` (regenerate, edit the last message)."""
+        self.close_reply()
+        if self.conversation_id is not None:
+            self._guard(lambda s: s.truncate(self.conversation_id, keep))
+
+    def _conversation(self, store: ChatStore) -> int:
+        if self.conversation_id is None:
+            meta = self._meta
+            self.conversation_id = store.new_conversation(
+                meta["model"], meta["template"], meta["system"], meta["sampling"],
+                model_name=meta["model_name"], settings=meta["settings"])
+        return self.conversation_id
+
+    # -- a turn -----------------------------------------------------------------------------
+
+    def on_user(self, message: Any) -> None:
+        """Commit the user's message (call before generation starts)."""
+        self.close_reply()
+        self._guard(lambda s: s.add_message(self._conversation(s), message))
+
+    def on_reply_start(self) -> None:
+        """Insert the reply as in progress (``on_event`` does this on the first event)."""
+        if self._reply_id is None:
+            self._partial = {"content": "", "reasoning": ""}
+            self._last_progress = self._clock()
+            self._reply_id = self._guard(lambda s: s.begin_reply(self._conversation(s)))
+
+    def on_event(self, event: Any) -> None:
+        """Follow a ``ReplyEvent``: reasoning/content text is kept and saved now and then."""
+        if not self.enabled or getattr(event, "kind", None) not in ("reasoning", "content"):
+            return
+        self.on_reply_start()
+        self._partial[event.kind] += event.text
+        now = self._clock()
+        if self._reply_id is not None and now - self._last_progress >= self._interval:
+            self._last_progress = now
+            reply_id = self._reply_id
+            self._guard(lambda s: s.update_reply(reply_id, self._partial["content"], self._partial["reasoning"]))
+
+    def on_reply(self, message: Any) -> None:
+        """Commit the finished reply (``finish_reason`` "stop", "length", "cancelled", "error")."""
+        if not self.enabled:
+            return
+        if self._reply_id is None:
+            self._guard(lambda s: s.add_message(self._conversation(s), message))
+            return
+        reply_id, self._reply_id = self._reply_id, None
+        self._guard(lambda s: s.finish_message(reply_id, message))
+
+    def close_reply(self, finish_reason: str = "interrupted") -> None:
+        """Commit a reply still open with the text received so far."""
+        if self._reply_id is None:
+            return
+        from types import SimpleNamespace
+
+        partial = SimpleNamespace(role="assistant", content=self._partial["content"],
+                                  reasoning=self._partial["reasoning"], stats=None, finish_reason=None)
+        reply_id, self._reply_id = self._reply_id, None
+        self._guard(lambda s: s.finish_message(reply_id, partial, finish_reason))
+
+    def close(self) -> None:
+        """End the chat: an open reply is kept as interrupted, and the store is closed."""
+        self.close_reply()
+        if self._store is not None and self._owns_store:
+            self._store.close()
+            self._store = None
