@@ -1,12 +1,12 @@
-"""The Textual chat TUI."""
+"""The Textual chat TUI: ``tokchat`` with no ``--prompt``."""
 from __future__ import annotations
 
 from app.options import ChatOptions
 
 
 def run_tui(options: ChatOptions) -> int:
-    """Open the chat window (placeholder until the TUI issue lands)."""
-    from app.model_resolution import resolve_model
-    from app.tui.placeholder import run_placeholder
+    """Open the chat window; the model loads inside it (errors are shown there, not raised)."""
+    from app.tui.app import ChatApp
 
-    return run_placeholder(resolve_model(options.model))
+    ChatApp(options).run()
+    return 0

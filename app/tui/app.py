@@ -1,0 +1,370 @@
+"""The tokchat chat window: layout, model loading, sending and streaming.
+
+The window opens at once; the model loads in a thread worker while the
+header shows what is loading.  Each reply runs in its own thread worker
+(:meth:`ChatApp._generate`), which moves the session's ReplyEvents into an
+:class:`~app.tui.generation.EventBuffer`; the event loop drains it and
+appends to the reply's Markdown stream.  Slash commands, the palette and the
+history sidebar live in :mod:`app.tui.commands` and :mod:`app.tui.history`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.timer import Timer
+from textual.widgets import Footer, TextArea
+from textual.worker import get_current_worker
+
+from app.options import ChatOptions
+from app.tui.commands import CommandsMixin
+from app.tui.format import model_bar_text
+from app.tui.generation import EventBuffer, pump
+from app.tui.history import HistoryMixin
+from app.tui.loader import LoadedChat, Loader, load_chat
+from app.tui.widgets.assistant_message import AssistantMessage
+from app.tui.widgets.chat_view import ChatView
+from app.tui.widgets.context_meter import ContextMeter
+from app.tui.widgets.model_bar import ModelBar
+from app.tui.widgets.prompt_input import PromptInput
+from app.tui.widgets.user_message import UserMessage
+
+#: how long typing must pause before the draft is re-tokenized for the meter
+DRAFT_DEBOUNCE_S = 0.15
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the screen: the user-facing message, or the type and message of a bug."""
+    from app.errors import user_message
+
+    return user_message(exc) or f"{type(exc).__name__}: {exc}"
+
+
+class ChatApp(CommandsMixin, HistoryMixin, App):
+    """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tokchat"
+    BINDINGS = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("ctrl+g", "edit_last", "Edit last"),
+        Binding("ctrl+t", "toggle_thinking", "Thinking"),
+        Binding("ctrl+o", "copy_reply", "Copy reply"),
+        Binding("ctrl+b", "toggle_history", "History"),
+        Binding("ctrl+n", "new_chat", "New chat"),
+    ]
+
+    #: a reply is streaming
+    generating: reactive[bool] = reactive(False)
+
+    @dataclass
+    class ReplyArrived(Message):
+        """The generation thread queued events in ``buffer`` (drain it)."""
+
+        buffer: EventBuffer
+
+    @dataclass
+    class ModelLoaded(Message):
+        chat: LoadedChat
+
+    @dataclass
+    class ModelLoadFailed(Message):
+        error: str
+
+    def __init__(self, options: ChatOptions, *, loader: Loader | None = None,
+                 stats_filter: Callable[[Any], Any] | None = None, store: Any = None) -> None:
+        super().__init__()
+        self.options = options
+        self.loader: Loader = loader or load_chat
+        #: applied to every TurnStats before it is shown (snapshots pin the timings)
+        self.stats_filter = stats_filter or (lambda stats: stats)
+        self.chat: LoadedChat | None = None
+        self.reply: AssistantMessage | None = None
+        self._editing = False
+        self._meter_base = 0
+        self._streamed = 0
+        self._errors: list[str] = []
+        self._draft_timer: Timer | None = None
+        self.init_history(store)
+        if options.theme:
+            self.theme = options.theme
+
+    # ----------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield ModelBar()
+        with Horizontal(id="main"):
+            yield from self.compose_history()
+            with Vertical(id="chat-column"):
+                yield ChatView()
+                yield PromptInput(id="prompt")
+        with Horizontal(id="footer-bar"):
+            yield Footer()
+            yield ContextMeter()
+
+    @property
+    def chat_view(self) -> ChatView:
+        return self.query_one(ChatView)
+
+    @property
+    def prompt_input(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    @property
+    def meter(self) -> ContextMeter:
+        return self.query_one(ContextMeter)
+
+    @property
+    def session(self) -> Any:
+        return self.chat.session if self.chat else None
+
+    async def on_mount(self) -> None:
+        await self.chat_view.show_welcome()
+        self.prompt_input.focus()
+        self.start_load()
+
+    # ------------------------------------------------------------ model load
+    def start_load(self) -> None:
+        self.query_one(ModelBar).state = "loading"
+        self._load()
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load(self) -> None:
+        def progress(text: str) -> None:
+            self.call_from_thread(self._show_progress, text)
+
+        try:
+            chat = self.loader(self.options, progress)
+        except Exception as exc:  # shown on screen; the app stays usable
+            self.post_message(self.ModelLoadFailed(error_text(exc)))
+            return
+        self.post_message(self.ModelLoaded(chat))
+
+    def _show_progress(self, text: str) -> None:
+        self.query_one(ModelBar).text = text + " …"
+
+    async def on_chat_app_model_loaded(self, message: ModelLoaded) -> None:
+        old, self.chat = self.chat, message.chat
+        if old is not None and old.backend is not message.chat.backend:
+            old.backend.close()
+        self.show_model()
+        chat = message.chat
+        if chat.template_notice:
+            await self.chat_view.add_notice(chat.template_notice, "warning")
+        for note in getattr(chat.info, "notes", []):
+            await self.chat_view.add_notice(note)
+        self.update_meter()
+        self.on_model_ready()
+
+    def show_model(self) -> None:
+        chat = self.chat
+        assert chat is not None
+        info = chat.info
+        bar = self.query_one(ModelBar)
+        bar.text = model_bar_text(info.model_name or chat.model_path.stem, info.quantization,
+                                  info.backend, info.device, chat.session.template.name
+                                  if hasattr(chat.session, "template") else chat.template.name,
+                                  chat.context_size)
+        bar.state = "ready"
+        self.meter.limit = chat.context_size
+
+    async def on_chat_app_model_load_failed(self, message: ModelLoadFailed) -> None:
+        bar = self.query_one(ModelBar)
+        bar.state = "failed"
+        bar.text = "no model loaded"
+        await self.chat_view.add_notice(
+            f"Could not load the model: {message.error}\n"
+            "Open another with /model PATH.gguf, browse old chats with Ctrl+B, "
+            "or quit (Ctrl+Q) and run `tokchat doctor`.", "error")
+        self.notify(message.error, title="Model not loaded", severity="error", timeout=8)
+
+    # ---------------------------------------------------------------- input
+    @on(PromptInput.Submitted)
+    async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
+        await self.submit(message.text)
+
+    async def submit(self, text: str) -> None:
+        """Run a slash command or send a prompt (what Enter does)."""
+        from app.tui.slash import SlashError, parse_slash, unescape_prompt
+
+        try:
+            command = parse_slash(text)
+        except SlashError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if command is not None:
+            self.prompt_input.remember(text)
+            self.prompt_input.load_text("")
+            await self.run_slash(command)
+            return
+        if not self.ready_to_generate():
+            return
+        text = unescape_prompt(text)
+        self.prompt_input.remember(text)
+        self.prompt_input.load_text("")
+        if self._editing:
+            self._editing = False
+            await self.chat_view.remove_from_last(UserMessage)
+            await self.chat_view.add_user(text)
+            await self.start_reply(lambda: self.session.edit_last_user(text), text)
+        else:
+            await self.chat_view.add_user(text)
+            await self.start_reply(lambda: self.session.send(text), text)
+
+    def ready_to_generate(self) -> bool:
+        if self.chat is None:
+            self.notify("No model is loaded yet: wait for it, or open one with /model PATH.gguf",
+                        severity="warning")
+            return False
+        if self.generating:
+            self.notify("A reply is still streaming: wait, or press Esc to stop it", severity="warning")
+            return False
+        return True
+
+    @on(TextArea.Changed, "#prompt")
+    def on_draft_changed(self) -> None:
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+        self._draft_timer = self.set_timer(DRAFT_DEBOUNCE_S, self.update_draft)
+
+    def update_draft(self) -> None:
+        """Tokenize the draft for the meter (debounced)."""
+        text = self.prompt_input.text
+        if self.session is None or text.lstrip().startswith("/") or self.generating:
+            self.meter.draft = 0
+            return
+        self.meter.draft = self.session.draft_tokens(text) if text.strip() else 0
+
+    def update_meter(self) -> None:
+        if self.session is not None:
+            self.meter.used = self.session.context_used
+            self.meter.limit = self.chat.context_size
+
+    # ------------------------------------------------------------ streaming
+    async def start_reply(self, make_events: Callable[[], Iterator[Any]], user_text: str | None) -> None:
+        """Open a reply widget and run ``make_events`` (session.send/regenerate/edit) in a worker."""
+        session = self.session
+        self._meter_base = session.context_used + (session.draft_tokens(user_text) if user_text else 0)
+        self._streamed = 0
+        self._errors = []
+        self.meter.draft = 0
+        self.meter.used = self._meter_base
+        self.reply = await self.chat_view.add_assistant()
+        buffer = EventBuffer(lambda: self.post_message(self.ReplyArrived(buffer)))
+        self.generating = True
+        self._generate(make_events, buffer)
+
+    @work(thread=True, exclusive=True, group="generate")
+    def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer) -> None:
+        from app.session import ReplyEvent
+
+        worker = get_current_worker()
+        session = self.session
+        pump(make_events(), buffer, lambda: worker.is_cancelled, session.cancel,
+             lambda exc: ReplyEvent("error", text=error_text(exc)))
+
+    async def on_chat_app_reply_arrived(self, message: ReplyArrived) -> None:
+        drained = message.buffer.drain()
+        reply = self.reply
+        if reply is None:
+            if drained.finished:
+                self.generating = False
+                self.update_meter()
+                self.update_draft()
+            return
+        for kind, text in drained.chunks:
+            if kind == "content":
+                await reply.add_content(text)
+            elif kind == "reasoning":
+                await reply.add_reasoning(text)
+            else:
+                await self.chat_view.add_notice(text, "warning")
+                self.chat_view.move_child(self.chat_view.children[-1], before=reply)
+        self._streamed += drained.text_events
+        self.meter.used = self._meter_base + self._streamed
+        for error in drained.errors:
+            self._errors.append(error)
+            self.notify(error, title="Generation failed", severity="error", timeout=8)
+        if drained.done is not None or drained.finished:
+            self.reply = None
+            stats = drained.done.stats if drained.done is not None else None
+            stats = self.stats_filter(stats) if stats is not None else None
+            await reply.finish(stats, error="; ".join(self._errors) or None)
+            self.reply_finished(reply)
+        if drained.finished:
+            self.generating = False
+            self.update_meter()
+            self.update_draft()
+
+    def reply_finished(self, reply: AssistantMessage) -> None:
+        """A reply is complete (or stopped): record it."""
+        self.record_reply()
+
+    # -------------------------------------------------------------- actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return self.generating or self._editing
+        return True
+
+    def watch_generating(self) -> None:
+        self.refresh_bindings()
+
+    def action_stop(self) -> None:
+        """Esc: stop the reply now; the session keeps the partial text (marked stopped)."""
+        if self._editing and not self.generating:
+            self._editing = False
+            self.prompt_input.load_text("")
+            self.notify("edit cancelled")
+            return
+        if self.session is not None and self.generating:
+            self.session.cancel()
+            self.workers.cancel_group(self, "generate")
+
+    async def action_regenerate(self) -> None:
+        if not self.ready_to_generate():
+            return
+        if not any(m.role == "assistant" for m in self.session.messages):
+            self.notify("Nothing to regenerate yet", severity="warning")
+            return
+        await self.chat_view.remove_from_last(AssistantMessage)
+        await self.start_reply(self.session.regenerate, None)
+
+    def action_edit_last(self) -> None:
+        if not self.ready_to_generate():
+            return
+        users = [m for m in self.session.messages if m.role == "user"]
+        if not users:
+            self.notify("No prompt to edit yet", severity="warning")
+            return
+        self._editing = True
+        self.prompt_input.load_text(users[-1].content)
+        self.prompt_input.focus()
+        self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
+        self.refresh_bindings()
+
+    def action_toggle_thinking(self) -> None:
+        for reply in reversed(list(self.chat_view.query(AssistantMessage))):
+            if reply.reasoning:
+                reply.thinking.collapsed = not reply.thinking.collapsed
+                return
+        self.notify("No thinking to show in this conversation")
+
+    def action_copy_reply(self) -> None:
+        reply = self.chat_view.last_assistant()
+        if reply is None or not reply.content:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(reply.content)
+        self.notify(f"Copied the last reply ({len(reply.content)} characters)")
+
+
+def run_app(options: ChatOptions) -> int:
+    ChatApp(options).run()
+    return 0
+

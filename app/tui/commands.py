@@ -1,0 +1,203 @@
+"""What the slash commands and the command palette do, as a mixin of :class:`ChatApp`.
+
+Parsing lives in :mod:`app.tui.slash`; here each ``/name`` maps to a
+``cmd_name`` method.  Commands that take an argument appear in the palette
+too: choosing one puts ``/name `` in the prompt box to finish typing.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterable
+
+from textual.screen import Screen
+from textual.app import SystemCommand
+
+from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text, parse_on_off
+
+
+class CommandsMixin:
+    """Slash commands and palette entries; mixed into ChatApp (``self`` is the app)."""
+
+    async def run_slash(self, command: SlashCommand) -> None:
+        handler = getattr(self, f"cmd_{command.name}")
+        try:
+            await handler(command.arg)
+        except SlashError as exc:
+            self.notify(str(exc), severity="error")
+
+    def _need_session(self, name: str):
+        if self.session is None:
+            raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
+        if self.generating:
+            raise SlashError(f"/{name} has to wait until the reply finishes (Esc stops it)")
+        return self.session
+
+    # ------------------------------------------------------------- commands
+    async def cmd_new(self, arg: str) -> None:
+        session = self._need_session("new")
+        session.reset()
+        session.set_system(self.options.system)
+        await self.chat_view.clear()
+        await self.chat_view.show_welcome()
+        self.new_conversation()
+        self.update_meter()
+
+    async def cmd_clear(self, arg: str) -> None:
+        session = self._need_session("clear")
+        session.reset()
+        await self.chat_view.clear()
+        self.new_conversation()
+        self.update_meter()
+
+    async def cmd_system(self, arg: str) -> None:
+        session = self._need_session("system")
+        session.set_system(arg)
+        self.update_meter()
+        self.notify(f"System prompt set ({session.draft_tokens(arg) if arg else 0} tokens as a turn)"
+                    if arg else "System prompt cleared")
+
+    async def cmd_template(self, arg: str) -> None:
+        from templates import TemplateError, resolve_template
+
+        session = self._need_session("template")
+        if not arg:
+            raise SlashError("/template needs a name: auto | model | chatml | llama3 | gemma")
+        try:
+            template, notice = resolve_template(arg, self.chat.tokenizer)
+        except TemplateError as exc:
+            raise SlashError(str(exc)) from None
+        self.chat.session = self.rebuild_session(session, template)
+        self.chat.template = template
+        self.show_model()
+        self.update_meter()
+        self.notify(notice or f"Template: {template.name}")
+
+    def rebuild_session(self, session, template):
+        """A new ChatSession with another template and the same turns and settings."""
+        from app.session import ChatSession
+
+        new = ChatSession(self.chat.tokenizer, template, backend=self.chat.backend,
+                          system_prompt=session.system_prompt, sampling=session.sampling,
+                          context_size=self.chat.context_size, enable_thinking=session.enable_thinking)
+        new.load_messages([m for m in session.messages if m.role != "system"])
+        return new
+
+    async def cmd_think(self, arg: str) -> None:
+        session = self._need_session("think")
+        value = (not session.enable_thinking) if not arg else parse_on_off(arg, "think")
+        if not self.chat.template.supports_thinking:
+            self.notify(f"Template {self.chat.template.name} has no thinking switch; "
+                        "reasoning in <think> tags is still shown", severity="warning")
+        session.enable_thinking = value
+        self.notify(f"Thinking {'on' if value else 'off'}")
+
+    async def _sampling(self, name: str, arg: str) -> None:
+        session = self._need_session(name)
+        session.sampling = apply_sampling(session.sampling, name, arg)
+        self.notify(f"{SAMPLING[name]} = {getattr(session.sampling, SAMPLING[name])}")
+
+    async def cmd_temp(self, arg: str) -> None:
+        await self._sampling("temp", arg)
+
+    async def cmd_top_p(self, arg: str) -> None:
+        await self._sampling("top_p", arg)
+
+    async def cmd_top_k(self, arg: str) -> None:
+        await self._sampling("top_k", arg)
+
+    async def cmd_min_p(self, arg: str) -> None:
+        await self._sampling("min_p", arg)
+
+    async def cmd_repeat_penalty(self, arg: str) -> None:
+        await self._sampling("repeat_penalty", arg)
+
+    async def cmd_max_tokens(self, arg: str) -> None:
+        await self._sampling("max_tokens", arg)
+
+    async def cmd_seed(self, arg: str) -> None:
+        await self._sampling("seed", arg)
+
+    async def cmd_regen(self, arg: str) -> None:
+        await self.action_regenerate()
+
+    async def cmd_edit(self, arg: str) -> None:
+        self.action_edit_last()
+
+    async def cmd_copy(self, arg: str) -> None:
+        words = arg.split()
+        if not words:
+            self.action_copy_reply()
+            return
+        if words[0] != "code" or len(words) > 2:
+            raise SlashError("/copy takes nothing, `code` or `code N`")
+        reply = self.chat_view.last_assistant()
+        blocks = reply.code_blocks() if reply else []
+        if not blocks:
+            raise SlashError("the last reply has no code block")
+        try:
+            index = int(words[1]) - 1 if len(words) == 2 else len(blocks) - 1
+        except ValueError:
+            raise SlashError(f"/copy code needs a block number, not {words[1]!r}") from None
+        if not 0 <= index < len(blocks):
+            raise SlashError(f"the last reply has {len(blocks)} code block(s)")
+        self.copy_to_clipboard(blocks[index])
+        self.notify(f"Copied code block {index + 1} of {len(blocks)}")
+
+    async def cmd_export(self, arg: str) -> None:
+        from app.tui.transcript import transcript_markdown
+
+        session = self._need_session("export")
+        path = Path(arg).expanduser() if arg else Path.cwd() / time.strftime("tokchat-%Y%m%d-%H%M%S.md")
+        try:
+            path.write_text(transcript_markdown(session.messages), encoding="utf-8")
+        except OSError as exc:
+            raise SlashError(f"could not write {path}: {exc.strerror or exc}") from None
+        self.notify(f"Exported {len(session.messages)} messages to {path}")
+
+    async def cmd_stats(self, arg: str) -> None:
+        from app.tui.transcript import totals_text
+
+        session = self._need_session("stats")
+        await self.chat_view.add_notice(totals_text(session.messages, session.context_used,
+                                                    self.chat.context_size))
+
+    async def cmd_model(self, arg: str) -> None:
+        if not arg:
+            raise SlashError("/model needs a path: /model PATH.gguf")
+        if self.generating:
+            raise SlashError("/model has to wait until the reply finishes (Esc stops it)")
+        self.options = replace(self.options, model=arg)
+        self.start_load()
+
+    async def cmd_history(self, arg: str) -> None:
+        self.action_toggle_history()
+
+    async def cmd_help(self, arg: str) -> None:
+        keys = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
+                ("Esc", "stop the reply"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
+                ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
+                ("Ctrl+B", "history"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
+                ("Ctrl+Q", "quit")]
+        await self.chat_view.add_notice(help_text(keys))
+
+    async def action_new_chat(self) -> None:
+        await self.run_slash(SlashCommand("new", ""))
+
+    # -------------------------------------------------------------- palette
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for name, (hint, what) in COMMANDS.items():
+            yield SystemCommand(f"/{name}{' ' + hint if hint else ''}", what, self._palette_callback(name, hint))
+
+    def _palette_callback(self, name: str, hint: str):
+        async def run() -> None:
+            if hint and not hint.startswith("["):
+                self.prompt_input.load_text(f"/{name} ")
+                self.prompt_input.move_cursor(self.prompt_input.document.end)
+                self.prompt_input.focus()
+                return
+            await self.run_slash(SlashCommand(name, ""))
+
+        return run

@@ -1,0 +1,69 @@
+"""Plain-text formatting for what the TUI shows about tokens, sizes and models.
+
+Pure functions, so the exact strings can be tested without a screen.  The
+numbers come straight from :class:`app.session.TurnStats`; nothing here
+counts or estimates tokens.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def human_size(n_bytes: int) -> str:
+    """``104857600`` -> ``"100.0 MiB"``: file sizes for the load status."""
+    size = float(n_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover - loop always returns
+
+
+def stats_line(stats: Any) -> str:
+    """The line under every reply, e.g.
+    ``prompt 27 new / 27 total · completion 12 · reasoning 0 · TTFT 0.05 s · 180.2 tok/s · stop``.
+    """
+    parts = [
+        f"prompt {stats.new_prompt_tokens} new / {stats.prompt_tokens} total",
+        f"completion {stats.completion_tokens}",
+        f"reasoning {stats.reasoning_tokens}",
+        f"TTFT {stats.ttft_s:.2f} s",
+        f"{stats.tokens_per_s:.1f} tok/s",
+        stats.finish_reason,
+    ]
+    if getattr(stats, "dropped_turns", 0):
+        parts.append(f"dropped {stats.dropped_turns} old turn(s)")
+    return " · ".join(parts)
+
+
+def model_bar_text(model_name: str, quantization: str, backend: str, device: str,
+                   template: str, context_size: int) -> str:
+    """The header line: everything that decides how a prompt becomes tokens and tokens become text."""
+    return (f"{model_name} · {quantization} · {backend} on {device} · "
+            f"template {template} · ctx {context_size}")
+
+
+def model_label(path: Path) -> str:
+    """A short model name from its file: ``SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``SmolLM2-135M-Instruct.Q4_1``."""
+    return path.stem if path.suffix == ".gguf" else path.name
+
+
+def meter_level(used: int, limit: int) -> str:
+    """``ok`` | ``warn`` | ``full``: the context meter's colour class as the window fills."""
+    if limit <= 0:
+        return "ok"
+    ratio = used / limit
+    if ratio >= 0.9:
+        return "full"
+    if ratio >= 0.7:
+        return "warn"
+    return "ok"
+
+
+def meter_text(used: int, draft: int, limit: int) -> str:
+    """``ctx 120+8 / 8192 (2%)``: tokens in the conversation, the draft's tokens, the window."""
+    total = used + draft
+    pct = 100 * total / limit if limit else 0
+    draft_part = f"+{draft}" if draft else ""
+    return f"ctx {used}{draft_part} / {limit} ({pct:.0f}%)"

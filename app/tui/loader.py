@@ -1,0 +1,102 @@
+"""Load what a chat needs (tokenizer, template, backend, session) off the event loop.
+
+:func:`load_chat` is the real path: ``--model`` (or the bundled model) ->
+our tokenizer -> the chat template -> ``backends.open_backend`` -> a
+:class:`app.session.ChatSession`.  It reports each step through
+``progress`` so the window can show what is happening while the weights
+load.  :func:`scripted_loader` builds the same chain on a
+:class:`backends.scripted.ScriptedBackend` replaying fixed replies: the
+snapshot tests and the UI benchmark use it where pixels or timings must be
+stable; it still uses the real tokenizer and template.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from app.options import ChatOptions
+from app.tui.format import human_size
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LoadedChat:
+    """A ready chat: the session and the parts the header and commands need."""
+
+    session: Any  # app.session.ChatSession
+    tokenizer: Any
+    template: Any
+    backend: Any
+    model_path: Path
+    context_size: int
+    template_notice: str | None = None
+
+    @property
+    def info(self) -> Any:
+        return self.backend.info
+
+
+#: what the app calls (in a worker thread) to get a chat
+Loader = Callable[[ChatOptions, Progress], LoadedChat]
+
+
+def _session(tokenizer, template, backend, options: ChatOptions, context_size: int):
+    from app.session import ChatSession
+
+    return ChatSession(
+        tokenizer, template, backend=backend, system_prompt=options.system,
+        sampling=replace(options.sampling), context_size=context_size,
+        enable_thinking=options.think,
+    )
+
+
+def _tokenizer_and_template(path: Path, options: ChatOptions, progress: Progress):
+    from templates import resolve_template
+    from tokenizer import load_tokenizer
+
+    progress(f"reading the tokenizer from {path.name} ({human_size(path.stat().st_size)})")
+    tokenizer = load_tokenizer(path)
+    template, notice = resolve_template(options.template, tokenizer, options.template_file)
+    return tokenizer, template, notice
+
+
+def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
+    """The real chain; raises the packages' own errors, which the app shows on screen."""
+    from app.model_resolution import resolve_model
+    from backends import LoadOptions, open_backend
+
+    progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
+    path = Path(resolve_model(options.model))
+    tokenizer, template, notice = _tokenizer_and_template(path, options, progress)
+    progress(f"loading {path.name} ({human_size(path.stat().st_size)}) with backend "
+             f"{options.backend}{' ' + options.device if options.device else ''}")
+    backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                             n_ctx=options.ctx))
+    context_size = backend.info.context_size
+    session = _session(tokenizer, template, backend, options, context_size)
+    return LoadedChat(session, tokenizer, template, backend, path, context_size, notice)
+
+
+def scripted_loader(model_path: Path, replies: Sequence[str], *, delay_s: float = 0.0,
+                    fail_after: int | None = None, context_size: int = 2048) -> Loader:
+    """A loader whose backend replays ``replies`` (cycled, one per turn) as our tokenizer's ids.
+
+    Each reply ends with the model's end-of-turn id, like a real model's.
+    """
+    from backends.scripted import ScriptedBackend
+
+    def load(options: ChatOptions, progress: Progress) -> LoadedChat:
+        tokenizer, template, notice = _tokenizer_and_template(Path(model_path), options, progress)
+        stop = tokenizer.eos_id if tokenizer.eos_id is not None else min(tokenizer.eog_ids)
+        scripted = [tokenizer.encode(text) + [stop] for text in replies]
+        turns = itertools.cycle(scripted)
+        backend = ScriptedBackend(lambda _prompt: next(turns), delay_s=delay_s,
+                                  fail_after=fail_after, context_size=context_size)
+        backend.info.model_name = Path(model_path).stem
+        session = _session(tokenizer, template, backend, options, context_size)
+        return LoadedChat(session, tokenizer, template, backend, Path(model_path), context_size, notice)
+
+    return load

@@ -1,0 +1,119 @@
+"""Slash commands: parsing and the help text (the app carries them out).
+
+A line that starts with ``/`` followed by a known command name is a command;
+anything else (including ``//text``, which sends ``/text``) is a prompt.
+Bad arguments raise :class:`SlashError` with a message that says what to type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from backends.base import SamplingParams
+
+#: command -> (argument hint, what it does); the palette and /help list these
+COMMANDS: dict[str, tuple[str, str]] = {
+    "new": ("", "start a new conversation (system prompt back to the configured one)"),
+    "clear": ("", "clear this conversation's turns, keeping the system prompt and settings"),
+    "system": ("TEXT", "set the system prompt (empty: none)"),
+    "template": ("NAME", "switch chat template: auto | model | chatml | llama3 | gemma"),
+    "think": ("on|off", "enable or disable thinking where the template supports it"),
+    "temp": ("X", "sampling temperature (0 = greedy)"),
+    "top_p": ("X", "nucleus sampling threshold"),
+    "top_k": ("N", "keep the N most likely tokens"),
+    "min_p": ("X", "drop tokens below this fraction of the top probability"),
+    "repeat_penalty": ("X", "penalty for repeated tokens (1 = off)"),
+    "max_tokens": ("N", "most tokens in one reply"),
+    "seed": ("N|none", "random seed"),
+    "regen": ("", "regenerate the last reply"),
+    "edit": ("", "put the last prompt back in the box; Enter resends it in its place"),
+    "copy": ("[code [N]]", "copy the last reply, or its Nth code block (default: the last)"),
+    "export": ("[PATH]", "write this conversation as Markdown (default: ./tokchat-<time>.md)"),
+    "stats": ("", "totals for this conversation"),
+    "model": ("PATH", "open another model"),
+    "history": ("", "show or hide the history sidebar"),
+    "help": ("", "list commands and keys"),
+}
+
+#: sampling command (and accepted spellings) -> SamplingParams field
+SAMPLING: dict[str, str] = {
+    "temp": "temperature", "temperature": "temperature", "top_p": "top_p", "top-p": "top_p",
+    "top_k": "top_k", "top-k": "top_k", "min_p": "min_p", "min-p": "min_p",
+    "repeat_penalty": "repeat_penalty", "repeat-penalty": "repeat_penalty",
+    "max_tokens": "max_tokens", "max-tokens": "max_tokens", "seed": "seed",
+}
+
+
+class SlashError(ValueError):
+    """A slash command with a bad or missing argument; the message says what to type."""
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    name: str  # canonical name: a key of COMMANDS
+    arg: str
+
+
+def parse_slash(text: str) -> SlashCommand | None:
+    """``"/temp 0.2"`` -> ``SlashCommand("temp", "0.2")``; None for a prompt.
+
+    An unknown ``/word`` is an error rather than a prompt, so a typo never
+    reaches the model by accident.
+    """
+    stripped = text.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return None
+    name, _, arg = stripped[1:].partition(" ")
+    name = name.lower()
+    if name in SAMPLING:
+        name = "temp" if SAMPLING[name] == "temperature" else SAMPLING[name]
+    if name not in COMMANDS:
+        raise SlashError(f"unknown command /{name}: type /help for the list")
+    return SlashCommand(name, arg.strip())
+
+
+def unescape_prompt(text: str) -> str:
+    """``//text`` sends ``/text``."""
+    return text.strip()[1:] if text.strip().startswith("//") else text
+
+
+def apply_sampling(sampling: SamplingParams, name: str, arg: str) -> SamplingParams:
+    """A copy of ``sampling`` with one setting changed, validated."""
+    field_name = SAMPLING[name]
+    kind = {f.name: f.type for f in fields(SamplingParams)}[field_name]
+    if not arg:
+        return sampling
+    try:
+        if field_name == "seed":
+            value = None if arg.lower() == "none" else int(arg)
+        elif field_name in ("top_k", "max_tokens"):
+            value = int(arg)
+        else:
+            value = float(arg)
+    except ValueError:
+        raise SlashError(f"/{name} needs a {'whole ' if 'int' in str(kind) else ''}number, not {arg!r}") from None
+    limits = {"temperature": (0, 5), "top_p": (0, 1), "min_p": (0, 1), "repeat_penalty": (0.5, 3),
+              "top_k": (0, 100_000), "max_tokens": (1, 1_000_000)}
+    if field_name in limits and value is not None:
+        low, high = limits[field_name]
+        if not low <= value <= high:
+            raise SlashError(f"/{name} must be between {low} and {high}, not {arg}")
+    return replace(sampling, **{field_name: value})
+
+
+def parse_on_off(arg: str, command: str) -> bool:
+    value = arg.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise SlashError(f"/{command} needs on or off, not {arg!r}")
+
+
+def help_text(bindings: list[tuple[str, str]]) -> str:
+    """The /help block: commands, then keys."""
+    lines = ["Commands:"]
+    for name, (hint, what) in COMMANDS.items():
+        lines.append(f"  /{name}{' ' + hint if hint else ''}  -  {what}")
+    lines.append("Keys:")
+    lines.extend(f"  {key}  -  {what}" for key, what in bindings)
+    return "\n".join(lines)

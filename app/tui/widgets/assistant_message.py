@@ -1,0 +1,103 @@
+"""One assistant turn: thinking block, the answer streaming as Markdown, the token counts.
+
+The answer is fed through ``Markdown.get_stream`` so each batch of text is
+*appended* (only the last block is re-parsed), never the whole message
+re-rendered per token.  Code blocks are highlighted by Textual's Markdown.
+"""
+from __future__ import annotations
+
+import re
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from app.tui.format import stats_line
+from app.tui.widgets.thinking_block import ThinkingBlock
+
+#: fenced code blocks in a reply: group 1 is the code
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+class AssistantMessage(Vertical):
+    """A reply; ``finish`` marks it done (or stopped) and shows its :class:`TurnStats`."""
+
+    DEFAULT_CSS = """
+    AssistantMessage {
+        height: auto;
+        margin: 1 8 0 1;
+        padding: 0 1;
+        border-left: thick $accent;
+    }
+    AssistantMessage > Markdown { margin: 0; padding: 0; }
+    AssistantMessage > .stats { color: $text-muted; height: auto; display: none; }
+    AssistantMessage.-done > .stats { display: block; }
+    AssistantMessage.-stopped { border-left: thick $warning; }
+    AssistantMessage.-error { border-left: thick $error; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.content = ""
+        self.stats = None
+        self._stream: MarkdownStream | None = None
+
+    def compose(self) -> ComposeResult:
+        yield ThinkingBlock()
+        yield Markdown()
+        yield Static("", classes="stats", markup=False)
+
+    @property
+    def thinking(self) -> ThinkingBlock:
+        return self.query_one(ThinkingBlock)
+
+    @property
+    def reasoning(self) -> str:
+        return self.thinking.text
+
+    async def add_reasoning(self, text: str) -> None:
+        await self.thinking.append(text)
+
+    async def add_content(self, text: str) -> None:
+        """Append answer text; the first answer text closes the thinking block."""
+        if not text:
+            return
+        if not self.content and self.thinking.text:
+            self.thinking.collapsed = True
+        self.content += text
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self.query_one(Markdown))
+        await self._stream.write(text)
+
+    async def finish(self, stats, *, error: str | None = None) -> None:
+        """Flush the streams and show the token counts (``stats`` may be None after an error)."""
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        await self.thinking.finish(stats.reasoning_tokens if stats else None)
+        if self.thinking.text and self.content:
+            self.thinking.collapsed = True
+        self.stats = stats
+        line = stats_line(stats) if stats else ""
+        if stats is not None and stats.finish_reason == "cancelled":
+            self.add_class("-stopped")
+            line = "⏹ stopped · " + line
+        if error:
+            self.add_class("-error")
+            line = f"error: {error}" + (f" · {line}" if line else "")
+        self.query_one(".stats", Static).update(line)
+        self.add_class("-done")
+
+    async def show_stored(self, content: str, reasoning: str, stats) -> None:
+        """Show a finished reply at once (a resumed conversation)."""
+        self.content = content
+        await self.thinking.set_text(reasoning, stats.reasoning_tokens if stats else None)
+        if reasoning:
+            self.thinking.collapsed = True
+        await self.query_one(Markdown).update(content)
+        await self.finish(stats)
+
+    def code_blocks(self) -> list[str]:
+        """The fenced code blocks of the answer, in order (what /copy code N copies)."""
+        return [m.group(1) for m in _FENCE.finditer(self.content)]

@@ -1,0 +1,50 @@
+"""The live context meter in the footer: tokens used of the window, coloured as it fills.
+
+``used`` is the conversation's exact token count (``session.context_used``,
+plus the reply's tokens while it streams); ``draft`` is what the text in
+the prompt box would add (``session.draft_tokens``).
+"""
+from __future__ import annotations
+
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from app.tui.format import meter_level, meter_text
+
+
+class ContextMeter(Static):
+    """``ctx used+draft / limit (pct)``; CSS classes ``-ok``, ``-warn``, ``-full``."""
+
+    DEFAULT_CSS = """
+    ContextMeter {
+        width: auto;
+        padding: 0 1;
+        background: $success-muted;
+        color: $text;
+    }
+    ContextMeter.-warn { background: $warning-muted; }
+    ContextMeter.-full { background: $error-muted; }
+    """
+
+    used: reactive[int] = reactive(0)
+    draft: reactive[int] = reactive(0)
+    limit: reactive[int] = reactive(0)
+
+    def render(self) -> str:
+        if not self.limit:
+            return "ctx -"
+        return meter_text(self.used, self.draft, self.limit)
+
+    def _refresh_level(self) -> None:
+        level = meter_level(self.used + self.draft, self.limit)
+        for name in ("ok", "warn", "full"):
+            self.set_class(name == level, f"-{name}")
+
+    def watch_used(self) -> None:
+        self._refresh_level()
+
+    def watch_draft(self) -> None:
+        self._refresh_level()
+
+    def watch_limit(self) -> None:
+        self._refresh_level()

@@ -1,0 +1,35 @@
+"""The header line: which model, quantization, backend and device, template and context size.
+
+While the model loads it shows the load status instead (file, size, the step
+in progress); after a failed load it says so, and the chat screen explains.
+"""
+from __future__ import annotations
+
+from textual.reactive import reactive
+from textual.widgets import Static
+
+
+class ModelBar(Static):
+    """One line at the top; ``state`` is ``loading`` | ``ready`` | ``failed``."""
+
+    DEFAULT_CSS = """
+    ModelBar {
+        dock: top;
+        height: 1;
+        padding: 0 1;
+        background: $panel;
+        color: $text;
+    }
+    ModelBar.-loading { color: $text-warning; }
+    ModelBar.-failed { background: $error-muted; }
+    """
+
+    text: reactive[str] = reactive("tokchat")
+    state: reactive[str] = reactive("loading")
+
+    def render(self) -> str:
+        return f"tokchat · {self.text}"
+
+    def watch_state(self, state: str) -> None:
+        for name in ("loading", "ready", "failed"):
+            self.set_class(name == state, f"-{name}")
