@@ -1,30 +1,256 @@
-"""Configuration: placeholder merge of CLI flags over defaults until the config issue lands."""
+"""Settings: ``configs/default.toml`` < the model's preset < the user's ``config.toml`` < flags.
+
+Every setting is declared once in :data:`SCHEMA` (type, allowed values) and
+documented once, in ``configs/default.toml``, which also holds its default.
+Each layer is a flat ``{"section.key": value}`` dict checked against the
+schema, so an unknown key or a wrong type is a :class:`ConfigError` naming
+the file, the key and what was expected.  :func:`load_settings` keeps the
+source of every value for ``tokchat config show``; :func:`chat_options` turns
+the merge into the :class:`app.options.ChatOptions` a chat runs with.
+
+Not handled here: reading model headers (:mod:`app.model_resolution`) and
+choosing a preset (:mod:`app.presets`).
+"""
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import difflib
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.options import ChatOptions
 
-_SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_tokens", "seed")
-_OPTION_FLAGS = ("model", "prompt", "system", "template", "backend", "device", "ctx", "think",
-                 "show_thinking", "stats", "history", "theme")
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib  # type: ignore[no-redef]
+from backends.base import SamplingParams
+
+CONFIG_NAME = "config.toml"
+DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+
+
+class ConfigError(Exception):
+    """A config file is unreadable, or holds an unknown key or a value of the wrong type."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting's type; ``choices`` limits a string to those values."""
+
+    kind: str  # "string" | "boolean" | "integer" | "number" | "strings"
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+
+_S, _B, _I, _N = Setting("string"), Setting("boolean"), Setting("integer", minimum=0), Setting("number", minimum=0)
+KEY_ACTIONS = ("send", "newline", "cancel", "new_chat", "toggle_sidebar", "toggle_thinking",
+               "regenerate", "edit_last", "quit")
+
+#: "section.key" -> Setting; the order is the order of ``tokchat config show``
+SCHEMA: dict[str, Setting] = {
+    "model.default": _S,
+    "model.dirs": Setting("strings"),
+    "model.backend": Setting("string", ("auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx")),
+    "model.device": Setting("string", ("", "CPU", "GPU", "NPU")),
+    "model.context_size": _I,
+    "chat.template": Setting("string", ("auto", "model", "chatml", "llama3", "gemma")),
+    "chat.template_file": _S,
+    "chat.system_prompt": _S,
+    "chat.thinking": Setting("string", ("auto", "on", "off")),
+    "chat.show_thinking": _B,
+    "chat.stats": _B,
+    "sampling.temperature": _N,
+    "sampling.top_p": Setting("number", minimum=0),
+    "sampling.top_k": _I,
+    "sampling.min_p": _N,
+    "sampling.repeat_penalty": _N,
+    "sampling.max_tokens": Setting("integer", minimum=1),
+    "sampling.seed": Setting("integer", minimum=-1),
+    "history.enabled": _B,
+    "ui.theme": _S,
+    **{f"keys.{action}": _S for action in KEY_ACTIONS},
+}
+
+_EXPECTED = {"string": "a string", "boolean": "true or false", "integer": "an integer",
+             "number": "a number", "strings": "an array of strings"}
+_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+               (list, "an array"), (dict, "a table"))
+
+#: CLI flag (argparse dest) -> setting; a flag left out is None and does not count
+FLAG_SETTINGS: dict[str, str] = {
+    "model": "model.default", "backend": "model.backend", "device": "model.device",
+    "ctx": "model.context_size", "template": "chat.template", "template_file": "chat.template_file",
+    "system": "chat.system_prompt", "think": "chat.thinking", "show_thinking": "chat.show_thinking",
+    "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
+    "top_k": "sampling.top_k", "min_p": "sampling.min_p", "repeat_penalty": "sampling.repeat_penalty",
+    "max_tokens": "sampling.max_tokens", "seed": "sampling.seed", "history": "history.enabled",
+    "theme": "ui.theme",
+}
+
+
+def _toml_type(value: Any) -> str:
+    return next(name for kind, name in _TOML_TYPES if isinstance(value, kind))
+
+
+def check_value(source: str, key: str, value: Any) -> Any:
+    """``value`` if it fits the schema for ``key``, else a ConfigError naming source and key."""
+    setting = SCHEMA[key]
+    expected = _EXPECTED[setting.kind]
+    ok = {"string": isinstance(value, str), "boolean": isinstance(value, bool),
+          "integer": isinstance(value, int) and not isinstance(value, bool),
+          "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "strings": isinstance(value, list) and all(isinstance(v, str) for v in value)}[setting.kind]
+    if not ok:
+        raise ConfigError(f"{source}: {key} must be {expected}, not {_toml_type(value)} ({value!r})")
+    if setting.choices and value not in setting.choices:
+        raise ConfigError(f"{source}: {key} must be one of {', '.join(repr(c) for c in setting.choices)}, "
+                          f"not {value!r}")
+    if setting.minimum is not None and value < setting.minimum:
+        raise ConfigError(f"{source}: {key} must be at least {setting.minimum:g}, not {value!r}")
+    return float(value) if setting.kind == "number" else value
+
+
+def flatten(source: str, table: dict, allowed: set[str] | None = None) -> dict[str, Any]:
+    """A parsed TOML file as checked ``{"section.key": value}``; ``allowed`` narrows the schema."""
+    allowed = set(SCHEMA) if allowed is None else allowed
+    sections = sorted({k.split(".")[0] for k in allowed})
+    flat: dict[str, Any] = {}
+    for section, body in table.items():
+        if section not in sections:
+            hint = difflib.get_close_matches(section, sections, n=1)
+            raise ConfigError(f"{source}: unknown section [{section}]"
+                              + (f" (did you mean [{hint[0]}]?)" if hint else f" (known: {', '.join(sections)})"))
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: {section} must be a table ([{section}]), not {_toml_type(body)}")
+        for name, value in body.items():
+            key = f"{section}.{name}"
+            if key not in allowed:
+                known = sorted(k.split(".", 1)[1] for k in allowed if k.startswith(section + "."))
+                hint = difflib.get_close_matches(name, known, n=1)
+                raise ConfigError(f"{source}: unknown key {key}"
+                                  + (f" (did you mean {section}.{hint[0]}?)" if hint else
+                                     f" (known in [{section}]: {', '.join(known)})"))
+            flat[key] = check_value(source, key, value)
+    return flat
+
+
+def read_toml(path: Path) -> dict:
+    """A TOML file parsed, or a one-line ConfigError naming it."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def config_dir() -> Path:
+    """``$TOKCHAT_CONFIG_DIR``, else the platform's user config directory."""
+    override = os.environ.get("TOKCHAT_CONFIG_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("tokchat", appauthor=False))
+
+
+def user_config_path() -> Path:
+    return config_dir() / CONFIG_NAME
+
+
+def flag_values(args: argparse.Namespace | None) -> dict[str, tuple[str, Any]]:
+    """Settings given as flags: key -> (the flag as typed, value in config terms)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for dest, key in FLAG_SETTINGS.items():
+        value = getattr(args, dest, None) if args is not None else None
+        if value is None:
+            continue
+        if dest == "think":
+            value = "on" if value else "off"
+        flag = "--no-history" if dest == "history" else "--" + dest.replace("_", "-")
+        if dest == "think" and value == "off":
+            flag = "--no-think"
+        out[key] = (flag, check_value(flag, key, value))
+    return out
+
+
+@dataclass
+class Settings:
+    """The merged settings, with where each value came from."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+    #: the preset applied (None when no model preset matched or the model could not be read)
+    preset: Any = None
+    model_path: Path | None = None
+    #: why no preset applies, when that is worth saying (the model is missing, unreadable...)
+    preset_note: str | None = None
+    files: list[Path] = field(default_factory=list)
+
+
+def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = True) -> Settings:
+    """Merge default.toml, the model's preset, the user's config.toml and the flags."""
+    from app.presets import find_preset
+
+    values = flatten(str(DEFAULTS_PATH), read_toml(DEFAULTS_PATH))
+    missing = set(SCHEMA) - set(values)
+    assert not missing, f"configs/default.toml lacks {sorted(missing)}"
+    sources = dict.fromkeys(values, "default.toml")
+    files = [DEFAULTS_PATH]
+    user: dict[str, Any] = {}
+    user_path = user_config_path()
+    if user_path.is_file():
+        user = flatten(str(user_path), read_toml(user_path))
+        files.append(user_path)
+    flags = flag_values(args)
+    model = flags.get("model.default", (None, user.get("model.default", values["model.default"])))[1]
+
+    settings = Settings(values, sources, files=files)
+    if use_preset:
+        settings.preset, settings.model_path, settings.preset_note = find_preset(model or None)
+        if settings.preset is not None:
+            for key, value in settings.preset.values.items():
+                values[key], sources[key] = value, f"preset {settings.preset.name}"
+    for key, value in user.items():
+        values[key], sources[key] = value, str(user_path)
+    for key, (flag, value) in flags.items():
+        values[key], sources[key] = value, flag
+    return settings
+
+
+def options_from_settings(settings: Settings, args: argparse.Namespace | None = None) -> ChatOptions:
+    """The :class:`ChatOptions` for merged settings (plus ``--prompt``, which is not a setting)."""
+    v = settings.values
+    sampling = SamplingParams(
+        temperature=v["sampling.temperature"], top_p=v["sampling.top_p"], top_k=v["sampling.top_k"],
+        min_p=v["sampling.min_p"], repeat_penalty=v["sampling.repeat_penalty"],
+        max_tokens=v["sampling.max_tokens"], seed=None if v["sampling.seed"] < 0 else v["sampling.seed"])
+    return ChatOptions(
+        model=v["model.default"] or None,
+        prompt=getattr(args, "prompt", None),
+        system=v["chat.system_prompt"],
+        template=v["chat.template"],
+        template_file=Path(v["chat.template_file"]).expanduser() if v["chat.template_file"] else None,
+        backend=v["model.backend"],
+        device=v["model.device"] or None,
+        sampling=sampling,
+        ctx=v["model.context_size"] or None,
+        think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
+        show_thinking=v["chat.show_thinking"],
+        stats=v["chat.stats"],
+        history=v["history.enabled"],
+        theme=v["ui.theme"],
+        model_dirs=[Path(d).expanduser() for d in v["model.dirs"]],
+        keys={k.split(".", 1)[1]: v[k] for k in SCHEMA if k.startswith("keys.")},
+        preset=settings.preset.name if settings.preset is not None else None,
+        model_path=settings.model_path,
+    )
 
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:
-    """Flags given on the command line, over the built-in defaults."""
-    options = ChatOptions()
-    for name in _OPTION_FLAGS:
-        value = getattr(args, name, None)
-        if value is not None:
-            setattr(options, name, value)
-    if getattr(args, "template_file", None):
-        options.template_file = Path(args.template_file)
-    sampling = options.sampling
-    for name in _SAMPLING_FLAGS:
-        value = getattr(args, name, None)
-        if value is not None:
-            sampling = replace(sampling, **{name: value})
-    options.sampling = sampling
-    return options
+    """Config files and model preset, overridden by the flags given on the command line."""
+    return options_from_settings(load_settings(args), args)

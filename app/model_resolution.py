@@ -1,16 +1,218 @@
-"""Turn ``--model`` into a local path: placeholder until the model-resolution issue lands."""
+"""Turn ``--model`` into a local path, and describe the models this machine has.
+
+``--model`` is a ``.gguf`` file, an MLX model directory (``config.json`` plus
+``*.safetensors``), or ``hf:ORG/REPO/FILE.gguf``, fetched with
+``huggingface_hub.hf_hub_download``.  Once a file is in the Hugging Face
+cache it resolves offline (``HF_HUB_OFFLINE=1``, or no network at all).
+``HF_HOME``/``HF_HUB_CACHE``/``HF_HUB_OFFLINE`` are read when a model is
+resolved, not when huggingface_hub was imported, so a changed environment
+is honoured.
+
+Describing a model reads only its header: GGUF key/values through
+:func:`tokenizer.gguf.read_gguf`, an MLX model's ``config.json``.
+
+Not handled: downloading whole MLX repositories from ``hf:`` (point
+``--model`` at the downloaded directory instead).
+"""
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.bundled import bundled_model_path
 
+HF_PREFIX = "hf:"
+
+#: llama.cpp's ``general.file_type`` (enum llama_ftype) -> quantization name
+FILE_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
+    30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
+}
+
+
+class ModelNotFound(FileNotFoundError):
+    """``--model`` names nothing usable; the message says what to pass instead."""
+
+
+@dataclass
+class ModelInfo:
+    """What ``tokchat models`` shows and what presets are matched on."""
+
+    path: Path
+    kind: str  # "gguf" | "mlx"
+    size_bytes: int
+    architecture: str = ""
+    name: str = ""
+    basename: str = ""
+    quantization: str = ""
+    context_length: int | None = None
+    #: where it was found: "bundled", "hf:ORG/REPO/FILE", "dir", "model"
+    source: str = ""
+
+
+def is_mlx_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, from the environment as it is now."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def hf_offline() -> bool:
+    value = os.environ.get("HF_HUB_OFFLINE")
+    if value is not None:
+        return value.strip().lower() in ("1", "on", "yes", "true")
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def parse_hf(value: str) -> tuple[str, str]:
+    """``hf:ORG/REPO/PATH/IN/REPO.gguf`` -> ("ORG/REPO", "PATH/IN/REPO.gguf")."""
+    parts = value[len(HF_PREFIX):].strip("/").split("/")
+    if len(parts) < 3 or not all(parts):
+        raise ModelNotFound(f"{value}: expected hf:ORG/REPO/FILE.gguf (e.g. "
+                            "hf:bartowski/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct-Q4_K_M.gguf)")
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+def resolve_hf(value: str) -> Path:
+    """Download (or find in the cache) the file an ``hf:`` reference names."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    repo_id, filename = parse_hf(value)
+    cache, offline = hf_cache_dir(), hf_offline()
+    try:
+        return Path(hf_hub_download(repo_id, filename, cache_dir=cache, local_files_only=offline))
+    except LocalEntryNotFoundError as exc:
+        why = "the hub is offline (HF_HUB_OFFLINE)" if offline else "the hub could not be reached"
+        raise ModelNotFound(f"{value} is not in the Hugging Face cache {cache} and {why}: download it once "
+                            f"with network (`hf download {repo_id} {filename}`)") from exc
+    except (EntryNotFoundError, RepositoryNotFoundError) as exc:
+        raise ModelNotFound(f"{value}: no such file on the Hugging Face Hub") from exc
+
 
 def resolve_model(value: str | None) -> Path:
-    """The model path to use: ``--model`` or the bundled model."""
-    if value is None:
+    """The local model path for ``--model``: None is the bundled model."""
+    if value is None or value == "":
         return bundled_model_path()
+    if value.startswith(HF_PREFIX):
+        return resolve_hf(value)
     path = Path(value).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"model not found: {path} (pass --model PATH.gguf)")
-    return path
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if is_mlx_dir(path):
+            return path
+        raise ModelNotFound(f"{path} is a directory but not an MLX model (no config.json and *.safetensors)")
+    raise ModelNotFound(f"model not found: {path} (pass --model PATH.gguf, an MLX model directory "
+                        "or hf:ORG/REPO/FILE.gguf; `tokchat models` lists what is here)")
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+def describe_model(path: Path, source: str = "model") -> ModelInfo:
+    """Header facts about a model; raises TokenizerError/GGUFError for a corrupt GGUF."""
+    if path.is_dir():
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        quant = config.get("quantization") or config.get("quantization_config") or {}
+        bits = quant.get("bits") if isinstance(quant, dict) else None
+        name = path.parent.parent.name.split("--")[-1] if path.parent.name == "snapshots" else path.name
+        return ModelInfo(path, "mlx", _size(path), architecture=str(config.get("model_type", "")), name=name,
+                         quantization=f"{bits}-bit" if bits else str(config.get("torch_dtype", "")),
+                         context_length=config.get("max_position_embeddings"), source=source)
+    from tokenizer.gguf import read_gguf
+
+    kv = read_gguf(path).kv
+    arch = str(kv.get("general.architecture", ""))
+    file_type = kv.get("general.file_type")
+    quantization = FILE_TYPES.get(file_type, f"type {file_type}") if file_type is not None else ""
+    name = str(kv.get("general.name") or kv.get("general.basename") or path.stem)
+    context = kv.get(f"{arch}.context_length")
+    return ModelInfo(path, "gguf", _size(path), architecture=arch, name=name,
+                     basename=str(kv.get("general.basename", "")), quantization=quantization,
+                     context_length=int(context) if context is not None else None, source=source)
+
+
+def match_names(info: ModelInfo) -> list[str]:
+    """The names a preset may match: GGUF general.name and general.basename, the file or repo name."""
+    path = info.path
+    names = [info.name, info.basename, path.name if path.is_dir() else path.stem]
+    if path.is_dir() and path.parent.name == "snapshots":
+        names.append(path.parent.parent.name.split("--")[-1])
+    return [n for n in names if n]
+
+
+def _candidates(directory: Path) -> list[Path]:
+    """``.gguf`` files and MLX directories in ``directory`` and one level below."""
+    found: list[Path] = []
+    if not directory.is_dir():
+        return found
+    for entry in sorted(directory.iterdir()):
+        if entry.is_file() and entry.suffix == ".gguf":
+            found.append(entry)
+        elif is_mlx_dir(entry):
+            found.append(entry)
+        elif entry.is_dir():
+            found += [p for p in sorted(entry.glob("*.gguf")) if p.is_file()]
+            found += [p for p in sorted(entry.iterdir()) if is_mlx_dir(p)]
+    return found
+
+
+def _hf_models() -> list[tuple[Path, str]]:
+    """(path, "hf:ORG/REPO/FILE") for every GGUF file and MLX snapshot in the HF cache."""
+    cache = hf_cache_dir()
+    out: list[tuple[Path, str]] = []
+    if not cache.is_dir():
+        return out
+    for repo in sorted(cache.glob("models--*")):
+        repo_id = repo.name[len("models--"):].replace("--", "/", 1)
+        for snapshot in sorted((repo / "snapshots").glob("*")):
+            if is_mlx_dir(snapshot):
+                out.append((snapshot, f"hf:{repo_id} (mlx)"))
+            for gguf in sorted(snapshot.rglob("*.gguf")):
+                if gguf.exists():  # a dangling link: the blob was deleted
+                    out.append((gguf, f"hf:{repo_id}/{gguf.relative_to(snapshot).as_posix()}"))
+    return out
+
+
+def list_models(dirs: list[Path] | None = None) -> tuple[list[ModelInfo], list[str]]:
+    """Every model found (bundled, configured dirs, HF cache) and one line per unreadable one."""
+    from tokenizer.errors import TokenizerError
+
+    found: list[tuple[Path, str]] = []
+    try:
+        found.append((bundled_model_path(), "bundled"))
+    except FileNotFoundError:
+        pass  # not installed: nothing to list
+    for directory in dirs or []:
+        found += [(p, f"dir {directory}") for p in _candidates(Path(directory).expanduser())]
+    found += _hf_models()
+    models, problems, seen = [], [], set()
+    for path, source in found:
+        key = path.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            models.append(describe_model(path, source))
+        except (TokenizerError, OSError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
+    return models, problems

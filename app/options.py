@@ -36,3 +36,13 @@ class ChatOptions:
     stats: bool = False
     history: bool = True
     theme: str = "textual-dark"
+    #: more directories ``tokchat models`` lists models from
+    model_dirs: list[Path] = field(default_factory=list)
+    #: TUI action -> Textual key name (send, newline, cancel, new_chat, toggle_sidebar,
+    #: toggle_thinking, regenerate, edit_last, quit); see configs/default.toml [keys]
+    keys: dict[str, str] = field(default_factory=dict)
+    #: name of the model preset applied (configs/models/NAME.toml), if one matched
+    preset: str | None = None
+    #: ``model`` already resolved to a local file or directory by :func:`app.config.chat_options`
+    #: (None when it could not be: then :func:`app.model_resolution.resolve_model` says why)
+    model_path: Path | None = None
