@@ -210,10 +210,12 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self.prompt_input.load_text("")
         if self._editing:
             self._editing = False
+            self.record_user(text, replacing="prompt")
             await self.chat_view.remove_from_last(UserMessage)
             await self.chat_view.add_user(text)
             await self.start_reply(lambda: self.session.edit_last_user(text), text)
         else:
+            self.record_user(text)
             await self.chat_view.add_user(text)
             await self.start_reply(lambda: self.session.send(text), text)
 
@@ -281,8 +283,10 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         for kind, text in drained.chunks:
             if kind == "content":
                 await reply.add_content(text)
+                self.record_chunk(kind, text)
             elif kind == "reasoning":
                 await reply.add_reasoning(text)
+                self.record_chunk(kind, text)
             else:
                 await self.chat_view.add_notice(text, "warning")
                 self.chat_view.move_child(self.chat_view.children[-1], before=reply)
@@ -332,6 +336,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         if not any(m.role == "assistant" for m in self.session.messages):
             self.notify("Nothing to regenerate yet", severity="warning")
             return
+        self.record_user(None, replacing="reply")
         await self.chat_view.remove_from_last(AssistantMessage)
         await self.start_reply(self.session.regenerate, None)
 

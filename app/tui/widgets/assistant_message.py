@@ -37,16 +37,32 @@ class AssistantMessage(Vertical):
     AssistantMessage.-error { border-left: thick $error; }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, content: str = "", reasoning: str = "", stats=None, stored: bool = False) -> None:
+        """A streaming reply, or with ``stored=True`` a finished one shown at once (a resumed chat)."""
         super().__init__()
-        self.content = ""
-        self.stats = None
+        self.content = content
+        self.stats = stats
+        self._stored_reasoning = reasoning
+        self._stored = stored
         self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
-        yield ThinkingBlock()
-        yield Markdown()
-        yield Static("", classes="stats", markup=False)
+        yield ThinkingBlock(self._stored_reasoning, self.stats.reasoning_tokens if self.stats else None)
+        yield Markdown(self.content or None)
+        yield Static(self._stats_text(self.stats) if self._stored else "", classes="stats", markup=False)
+
+    def on_mount(self) -> None:
+        if self._stored:
+            self.add_class("-done")
+            if self.stats is not None and self.stats.finish_reason == "cancelled":
+                self.add_class("-stopped")
+
+    @staticmethod
+    def _stats_text(stats) -> str:
+        if stats is None:
+            return ""
+        line = stats_line(stats)
+        return "⏹ stopped · " + line if stats.finish_reason == "cancelled" else line
 
     @property
     def thinking(self) -> ThinkingBlock:
@@ -79,24 +95,14 @@ class AssistantMessage(Vertical):
         if self.thinking.text and self.content:
             self.thinking.collapsed = True
         self.stats = stats
-        line = stats_line(stats) if stats else ""
+        line = self._stats_text(stats)
         if stats is not None and stats.finish_reason == "cancelled":
             self.add_class("-stopped")
-            line = "⏹ stopped · " + line
         if error:
             self.add_class("-error")
             line = f"error: {error}" + (f" · {line}" if line else "")
         self.query_one(".stats", Static).update(line)
         self.add_class("-done")
-
-    async def show_stored(self, content: str, reasoning: str, stats) -> None:
-        """Show a finished reply at once (a resumed conversation)."""
-        self.content = content
-        await self.thinking.set_text(reasoning, stats.reasoning_tokens if stats else None)
-        if reasoning:
-            self.thinking.collapsed = True
-        await self.query_one(Markdown).update(content)
-        await self.finish(stats)
 
     def code_blocks(self) -> list[str]:
         """The fenced code blocks of the answer, in order (what /copy code N copies)."""

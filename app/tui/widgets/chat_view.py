@@ -54,6 +54,19 @@ class ChatView(VerticalScroll):
         await self.mount(widget)
         return widget
 
+    async def show_messages(self, messages) -> None:
+        """Replace the view with a stored conversation, mounted in one batch."""
+        widgets = []
+        for message in messages:
+            if message.role == "user":
+                widgets.append(UserMessage(message.content))
+            elif message.role == "assistant":
+                widgets.append(AssistantMessage(content=message.content, reasoning=message.reasoning,
+                                                stats=message.stats, stored=True))
+        await self.remove_children()
+        await self.mount_all(widgets)
+        self.scroll_end(animate=False, immediate=True)
+
     async def clear(self) -> None:
         await self.remove_children()
 

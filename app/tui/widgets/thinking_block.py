@@ -25,10 +25,18 @@ class ThinkingBlock(Collapsible):
     ThinkingBlock Markdown { color: $text-muted; margin: 0; padding: 0 1; }
     """
 
-    def __init__(self) -> None:
-        super().__init__(Markdown(), title="Thinking…", collapsed=False)
-        self.text = ""
+    def __init__(self, text: str = "", reasoning_tokens: int | None = None) -> None:
+        """Empty and open for a streaming reply; with ``text``, a finished block, closed."""
+        super().__init__(Markdown(text or None), title="Thinking…", collapsed=bool(text))
+        self.text = text
         self._stream: MarkdownStream | None = None
+        if text:
+            self.add_class("-has-text")
+            self.title = self._title_for(reasoning_tokens)
+
+    @staticmethod
+    def _title_for(reasoning_tokens: int | None) -> str:
+        return "Thinking" if reasoning_tokens is None else f"Thinking ({reasoning_tokens} tokens)"
 
     async def append(self, text: str) -> None:
         """Add streamed reasoning text."""
@@ -45,13 +53,5 @@ class ThinkingBlock(Collapsible):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        if reasoning_tokens is not None and self.text:
-            self.title = f"Thinking ({reasoning_tokens} tokens)"
-
-    async def set_text(self, text: str, reasoning_tokens: int | None = None) -> None:
-        """Show finished reasoning at once (a stored conversation)."""
-        self.text = text
-        self.set_class(bool(text), "-has-text")
-        await self.query_one(Markdown).update(text)
-        if reasoning_tokens is not None and text:
-            self.title = f"Thinking ({reasoning_tokens} tokens)"
+        if self.text:
+            self.title = self._title_for(reasoning_tokens)

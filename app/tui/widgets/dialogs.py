@@ -1,0 +1,59 @@
+"""Small modal dialogs: confirm a deletion, type a new title."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+_CSS = """
+{name} {{ align: center middle; }}
+{name} > Vertical {{ width: 60; height: auto; padding: 1 2; background: $panel; border: round $primary; }}
+{name} Horizontal {{ height: auto; align-horizontal: right; margin-top: 1; }}
+{name} Button {{ margin-left: 1; }}
+"""
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no; dismisses with True only on an explicit yes."""
+
+    DEFAULT_CSS = _CSS.format(name="ConfirmScreen")
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel"), Binding("y", "dismiss(True)", "Yes")]
+
+    def __init__(self, question: str, yes: str = "Delete") -> None:
+        super().__init__()
+        self.question = question
+        self.yes = yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.question, markup=False)
+            with Horizontal():
+                yield Button("Cancel", id="no")
+                yield Button(self.yes, id="yes", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class RenameScreen(ModalScreen[str | None]):
+    """A new title; dismisses with None when cancelled or left empty."""
+
+    DEFAULT_CSS = _CSS.format(name="RenameScreen")
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, title: str) -> None:
+        super().__init__()
+        self.current = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Rename conversation")
+            yield Input(self.current, id="title")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
