@@ -390,6 +390,6 @@ class ChatStore:
                     " completion_tokens, reasoning_tokens, ttft_s, tokens_per_s, finish_reason, stats_json,"
                     " created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (conv_id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
-                     m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason or "interrupted",
+                     m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at))
             return conv_id

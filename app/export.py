@@ -1,0 +1,149 @@
+"""A stored conversation as Markdown (to read) or JSON (everything, and back again).
+
+The JSON document is versioned (``"format": "tokchat-conversation"``,
+``"version": 1``) and holds every stored field: settings, model, each
+message with its reasoning, per-turn stats and timestamps (ISO 8601 UTC, the
+raw epoch seconds beside them so nothing is rounded away).
+:func:`conversation_from_json` reads it back, checking the shape first, so
+``import`` of an export gives the same messages.
+
+Markdown puts reasoning in a collapsed ``<details>`` block above the answer
+and a one-line stats footer under each reply.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from app.store_types import Conversation, ConversationInfo, StoredMessage, StoreError
+
+FORMAT = "tokchat-conversation"
+VERSION = 1
+
+_MESSAGE_FIELDS = ("role", "content", "reasoning", "finish_reason", "prompt_tokens", "completion_tokens",
+                   "reasoning_tokens", "ttft_s", "tokens_per_s", "stats", "created_at", "finished_at")
+_INFO_FIELDS = ("title", "model_path", "model_name", "template", "system_prompt", "sampling", "settings",
+                "created_at", "updated_at")
+
+
+class ImportFormatError(StoreError):
+    """A file given to import is not a tokchat JSON export; the message says what is wrong."""
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def to_dict(conv: Conversation) -> dict[str, Any]:
+    info = conv.info
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "id": info.id,
+        **{name: getattr(info, name) for name in _INFO_FIELDS},
+        "created": iso(info.created_at),
+        "updated": iso(info.updated_at),
+        "messages": [
+            {**{name: getattr(m, name) for name in _MESSAGE_FIELDS}, "created": iso(m.created_at),
+             "finished": iso(m.finished_at)}
+            for m in conv.messages
+        ],
+    }
+
+
+def to_json(conv: Conversation) -> str:
+    return json.dumps(to_dict(conv), indent=2, ensure_ascii=False) + "\n"
+
+
+def _need(data: dict, key: str, kinds: tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise ImportFormatError(f"{where}: missing {key!r}")
+    value = data[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise ImportFormatError(f"{where}: {key!r} must be {names}, not {type(value).__name__}")
+    return value
+
+
+def from_dict(data: Any, source: str = "import") -> Conversation:
+    """Check a parsed export and rebuild the conversation (ids are assigned on insert)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ImportFormatError(f"{source}: not a tokchat conversation export (no \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise ImportFormatError(f"{source}: export version {data.get('version')!r}; this tokchat reads {VERSION}")
+    text, num, opt_num = (str,), (int, float), (int, float, type(None))
+    info = ConversationInfo(
+        id=0, title=_need(data, "title", text, source), model_path=_need(data, "model_path", text, source),
+        model_name=_need(data, "model_name", text, source), template=_need(data, "template", text, source),
+        system_prompt=_need(data, "system_prompt", text, source), sampling=_need(data, "sampling", (dict,), source),
+        settings=_need(data, "settings", (dict,), source), created_at=_need(data, "created_at", num, source),
+        updated_at=_need(data, "updated_at", num, source))
+    messages = []
+    for i, m in enumerate(_need(data, "messages", (list,), source)):
+        where = f"{source}: messages[{i}]"
+        if not isinstance(m, dict):
+            raise ImportFormatError(f"{where} must be an object")
+        opt_int = (int, type(None))
+        messages.append(StoredMessage(
+            id=0, role=_need(m, "role", text, where), content=_need(m, "content", text, where),
+            reasoning=_need(m, "reasoning", text, where), finish_reason=_need(m, "finish_reason", (str, type(None)), where),
+            prompt_tokens=_need(m, "prompt_tokens", opt_int, where),
+            completion_tokens=_need(m, "completion_tokens", opt_int, where),
+            reasoning_tokens=_need(m, "reasoning_tokens", opt_int, where),
+            ttft_s=_need(m, "ttft_s", opt_num, where), tokens_per_s=_need(m, "tokens_per_s", opt_num, where),
+            stats=_need(m, "stats", (dict, type(None)), where), created_at=_need(m, "created_at", num, where),
+            finished_at=_need(m, "finished_at", opt_num, where)))
+    return Conversation(info, messages)
+
+
+def conversation_from_json(text: str, source: str = "import") -> Conversation:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"{source}: not JSON ({exc})") from exc
+    return from_dict(data, source)
+
+
+def _stats_line(m: StoredMessage) -> str:
+    parts = []
+    if m.completion_tokens is not None:
+        parts.append(f"{m.completion_tokens} tokens")
+    if m.reasoning_tokens:
+        parts.append(f"{m.reasoning_tokens} reasoning")
+    if m.ttft_s is not None:
+        parts.append(f"{m.ttft_s:.2f} s to first token")
+    if m.tokens_per_s is not None:
+        parts.append(f"{m.tokens_per_s:.1f} tokens/s")
+    if m.finish_reason and m.finish_reason != "stop":
+        parts.append(m.finish_reason)
+    return " · ".join(parts)
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else ""
+
+
+def to_markdown(conv: Conversation) -> str:
+    info = conv.info
+    out = [f"# {info.title or '(untitled)'}", ""]
+    model = info.model_name or info.model_path or "?"
+    out.append(f"- Model: {model}" + (f" (`{info.model_path}`)" if info.model_name and info.model_path else ""))
+    if info.template:
+        out.append(f"- Template: {info.template}")
+    if info.sampling:
+        out.append("- Sampling: " + ", ".join(f"{k} {v}" for k, v in info.sampling.items() if v is not None))
+    out.append(f"- Started: {_when(info.created_at)} · {len(conv.messages)} messages")
+    out.append("")
+    if info.system_prompt:
+        out += ["## System", "", info.system_prompt, ""]
+    for m in conv.messages:
+        out += [f"## {m.role.capitalize()}", "", f"*{_when(m.created_at)}*", ""]
+        if m.reasoning:
+            out += ["<details>", "<summary>Reasoning</summary>", "", m.reasoning.strip(), "", "</details>", ""]
+        out += [m.content.strip() or "*(empty)*", ""]
+        if m.role == "assistant" and _stats_line(m):
+            out += [f"*{_stats_line(m)}*", ""]
+    return "\n".join(out)
