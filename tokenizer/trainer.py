@@ -118,9 +118,8 @@ def split_specials(text: str, specials: Iterable[str]) -> list[tuple[str, str | 
     if not ordered:
         return [(text, None)] if text else []
     out: list[tuple[str, str | None]] = []
-    pattern = regex.compile("|".join(regex.escape(s) for s in ordered))
     start = 0
-    for match in pattern.finditer(text):
+    for match in regex.finditer("|".join(regex.escape(s) for s in ordered), text):
         if match.start() > start:
             out.append((text[start : match.start()], None))
         out.append((match.group(), match.group()))
@@ -207,13 +206,12 @@ class PairCounts:
                     self.where.setdefault(new, set()).add(index)
             self.words[index] = merged
         for changed, change in delta.items():
-            if change:
-                count = self.counts.get(changed, 0) + change
-                if count:
-                    self.counts[changed] = count
-                    heapq.heappush(self.heap, self._entry(changed, count))
-                else:
-                    del self.counts[changed]
+            count = self.counts.get(changed, 0) + change
+            if count and change:
+                self.counts[changed] = count
+                heapq.heappush(self.heap, self._entry(changed, count))
+            elif not count:
+                self.counts.pop(changed, None)
 
 
 def _merge_word(word: list[int], left: int, right: int, new_id: int) -> list[int]:
@@ -344,6 +342,8 @@ def count_words(texts: Iterable[str], config: TrainerConfig, progress: Progress 
     stats = TrainStats()
     chunks = [c for text in texts for c in safe_chunks(text)]
     total, done = sum(map(len, chunks)), 0
+    if progress:
+        progress("pretokenize", 0, total)
     for chunk in chunks:
         stats.corpus_bytes += len(chunk.encode("utf-8"))
         for segment, special in split_specials(chunk, config.special_tokens):

@@ -97,6 +97,16 @@ def test_unfinished_reasoning_is_flushed_at_finalize():
     assert filt.finalize() == []
 
 
+def test_in_reasoning_follows_the_stream():
+    filt = ThinkFilter()
+    assert not filt.in_reasoning
+    filt.feed("<think>")
+    assert filt.in_reasoning
+    filt.feed("a</think>")
+    assert not filt.in_reasoning
+    assert ThinkFilter(start_in_reasoning=True).in_reasoning
+
+
 def test_empty_think_block_gives_only_content():
     assert run(["<think>\n\n</think>\n\nHi"]) == [ThinkEvent(C, "Hi")]
 
