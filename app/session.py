@@ -1,0 +1,344 @@
+"""The conversation manager: messages in, typed reply events and exact accounting out.
+
+No UI code lives here; the TUI and the headless mode both drive a
+:class:`ChatSession`.  One turn is a stack of small stages:
+
+    backend.generate(ids)  ->  tokenizer.stream_decoder()  ->  ThinkFilter  ->  ReplyEvent
+
+Prompt ids come from :class:`templates.builder.PromptBuilder`, which keeps
+turn N's prompt an exact extension of turn N-1's prompt plus the reply ids
+as generated, so the backend re-evaluates only the new part.
+
+Context overflow: when ``prompt + max_tokens`` does not fit, the oldest
+turns leave the prompt (never the system prompt, never the message being
+sent) and a ``notice`` event says so; a message that does not fit even alone
+is refused with an ``error`` event and nothing is changed.  A reply ends on
+any end-of-generation id (``stop``), on ``max_tokens`` (``length``), on
+:meth:`ChatSession.cancel` (``cancelled``) or on a backend failure
+(``error``); in every case the partial reply is kept with its finish reason.
+
+Not handled here: persistence (see :mod:`app.recorder`) and tools.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Sequence
+
+from backends.base import Backend, BackendError, SamplingParams
+from templates import ChatTemplate, TemplateError
+from templates.builder import BuiltPrompt, PromptBuilder
+from tokenizer.think import ThinkFilter
+
+#: end-of-turn markers that stop generation when the vocabulary has them as control tokens
+END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<｜end▁of▁sentence｜>", "<|endoftext|>")
+#: the least room a reply must have, or the message is refused
+MIN_REPLY_TOKENS = 32
+
+
+@dataclass
+class TurnStats:
+    """Exact accounting for one turn."""
+
+    new_prompt_tokens: int = 0  # prompt ids the backend had to evaluate (the rest came from its cache)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0  # generated ids, the stop id included
+    reasoning_tokens: int = 0  # of completion_tokens, those inside the think block (tags included)
+    ttft_s: float = 0.0  # from send() to the first generated id
+    tokens_per_s: float = 0.0  # generation speed after the first id
+    context_used: int = 0  # prompt + completion: what the backend's context holds now
+    context_limit: int = 0
+    finish_reason: str = "stop"  # stop | length | cancelled | error
+    dropped_turns: int = 0  # earlier turns currently left out of the prompt to fit the context
+    backend: str = ""
+    device: str = ""
+
+
+@dataclass
+class ChatMessage:
+    """One message; an assistant reply carries its reasoning, stats and finish reason."""
+
+    role: str
+    content: str
+    reasoning: str = ""
+    stats: TurnStats | None = None
+    finish_reason: str | None = None
+
+
+@dataclass
+class ReplyEvent:
+    """What a turn yields: ``notice``, ``reasoning``, ``content``, ``error``, then ``done`` last."""
+
+    kind: str
+    text: str = ""
+    stats: TurnStats | None = None
+
+
+@dataclass
+class _Turn:
+    """Mutable state of the reply being generated."""
+
+    started: float
+    reply_ids: list[int] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
+    finish: str = ""  # "" until decided; still "" at the end means cancelled
+    ended: bool = False  # the stream ran to its end (stop id, length, or the backend finished)
+    flushed: bool = False
+    decoder: Any = None
+    think: ThinkFilter | None = None
+
+
+class ChatSession:
+    """A conversation with one model: system prompt, messages, sampling and context size."""
+
+    def __init__(self, tokenizer: Any, template: ChatTemplate, *, backend: Backend, system_prompt: str = "",
+                 sampling: SamplingParams | None = None, context_size: int,
+                 enable_thinking: bool | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.template = template
+        self.backend = backend
+        self.system_prompt = system_prompt
+        self.sampling = sampling if sampling is not None else SamplingParams()
+        self.context_size = context_size
+        self.enable_thinking = enable_thinking
+        self.messages: list[ChatMessage] = []
+        self.stop_ids = frozenset(tokenizer.eog_ids) | _marker_ids(tokenizer)
+        #: the last turn's prompt (ids, text, how much was reused), for tests and ``tokchat render``
+        self.last_prompt: BuiltPrompt | None = None
+        self._builder = PromptBuilder(tokenizer, template)
+        self._window = 0  # index of the first message still in the prompt
+        self._cancel = threading.Event()
+        self._token_counts: dict[str, int] = {}  # content -> plain token count, to plan drops
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def context_used(self) -> int:
+        """Tokens in the backend's context after the last turn."""
+        return self._builder.cached_tokens
+
+    def draft_tokens(self, text: str) -> int:
+        """Tokens ``text`` adds as a message's content (template markup not counted)."""
+        return len(self.tokenizer.encode(text)) if text else 0
+
+    def send(self, user_text: str) -> Iterator[ReplyEvent]:
+        """Send a user message and stream the reply; the assistant message is appended at the end."""
+        yield from self._turn(ChatMessage("user", user_text), list(self.messages))
+
+    def regenerate(self) -> Iterator[ReplyEvent]:
+        """Drop the last reply and answer the last user message again."""
+        before = list(self.messages)
+        while self.messages and self.messages[-1].role == "assistant":
+            self.messages.pop()
+        if not self.messages:
+            self.messages = before
+            raise ValueError("nothing to regenerate: the conversation has no user message")
+        yield from self._turn(self.messages.pop(), before)
+
+    def edit_last_user(self, text: str) -> Iterator[ReplyEvent]:
+        """Replace the last user message (and drop its reply), then answer it."""
+        before = list(self.messages)
+        while self.messages and self.messages[-1].role == "assistant":
+            self.messages.pop()
+        if self.messages and self.messages[-1].role == "user":
+            self.messages.pop()
+        yield from self._turn(ChatMessage("user", text), before)
+
+    def cancel(self) -> None:
+        """Stop the reply being generated (any thread); the partial reply is kept as cancelled."""
+        self._cancel.set()
+        self.backend.cancel()
+
+    def reset(self) -> None:
+        """Start a new conversation with the same model, template and system prompt."""
+        self.messages = []
+        self._window = 0
+        self._builder.forget()
+
+    def set_system(self, text: str) -> None:
+        """Change the system prompt; the next turn re-encodes the prompt in full."""
+        self.system_prompt = text
+
+    def load_messages(self, messages: Sequence[ChatMessage]) -> None:
+        """Continue a stored conversation; a leading system message becomes the system prompt."""
+        messages = list(messages)
+        if messages and messages[0].role == "system":
+            self.system_prompt = messages.pop(0).content
+        self.messages = messages
+        self._window = 0
+        self._builder.forget()
+
+    # -- one turn ---------------------------------------------------------------------------
+
+    def _turn(self, user: ChatMessage, before: list[ChatMessage]) -> Iterator[ReplyEvent]:
+        """One turn; on a refusal the messages are put back as they were (``before``)."""
+        turn = _Turn(started=time.monotonic())
+        self._cancel.clear()
+        try:
+            prompt, notice = self._fit(user)
+        except TemplateError as exc:
+            prompt, notice = None, str(exc)
+        if prompt is None:
+            self.messages = before
+            yield ReplyEvent("error", notice or "")
+            yield ReplyEvent("done", stats=self._stats(turn, None, "error"))
+            return
+        if notice:
+            yield ReplyEvent("notice", notice)
+        self.messages.append(user)
+        self.last_prompt = prompt
+        room = self.context_size - len(prompt.ids)
+        sampling = replace(self.sampling, max_tokens=max(1, min(self.sampling.max_tokens, room)))
+        turn.decoder = self.tokenizer.stream_decoder()
+        turn.think = ThinkFilter.for_prompt(prompt.text)
+        stream = self._generate(prompt, sampling, turn)
+        error: str | None = None
+        try:
+            yield from stream
+        except BackendError as exc:
+            turn.finish, error = "error", str(exc)
+        finally:
+            stream.close()
+            if not turn.ended and turn.finish != "error":
+                turn.finish = "cancelled"  # the caller stopped reading, or cancel() was called
+            self._flush(turn)  # text still held back is kept even when it cannot be yielded now
+            stats = self._commit(prompt, turn)
+        if error is not None:
+            yield ReplyEvent("error", error)
+        yield ReplyEvent("done", stats=stats)
+
+    def _generate(self, prompt: BuiltPrompt, sampling: SamplingParams, turn: _Turn) -> Iterator[ReplyEvent]:
+        """backend ids -> stream decoder -> think filter -> events, with accounting on the way."""
+        ids = self.backend.generate(prompt.ids, sampling, self.stop_ids)
+        try:
+            for token in ids:
+                now = time.monotonic()
+                turn.first_at = turn.first_at or now
+                turn.last_at = now
+                turn.reply_ids.append(token)
+                if token in self.stop_ids:
+                    turn.finish = "stop"
+                    break
+                before = turn.think.in_reasoning
+                events = turn.think.feed(turn.decoder.feed(token))
+                if before or turn.think.in_reasoning:
+                    turn.reasoning_tokens += 1
+                yield from self._emit(events, turn)
+                if self._cancel.is_set():
+                    break
+            else:
+                if not self._cancel.is_set():
+                    turn.finish = "length" if len(turn.reply_ids) >= sampling.max_tokens else "stop"
+        finally:
+            ids.close()
+        if not turn.finish:
+            return  # cancelled: the finally in _turn marks it and keeps the held-back text
+        turn.ended = True
+        yield from self._emit(self._flush(turn), turn, record=False)
+
+    @staticmethod
+    def _emit(events: list, turn: _Turn, record: bool = True) -> Iterator[ReplyEvent]:
+        for event in events:
+            if record:
+                (turn.reasoning if event.kind == "reasoning" else turn.content).append(event.text)
+            yield ReplyEvent(event.kind, event.text)
+
+    @staticmethod
+    def _flush(turn: _Turn) -> list:
+        """Events for the text the decoder and think filter still hold (once), recorded in ``turn``."""
+        if turn.flushed or turn.think is None:
+            return []
+        turn.flushed = True
+        tail = turn.decoder.finalize()
+        events = (turn.think.feed(tail) if tail else []) + turn.think.finalize()
+        for event in events:
+            (turn.reasoning if event.kind == "reasoning" else turn.content).append(event.text)
+        return events
+
+    def _commit(self, prompt: BuiltPrompt, turn: _Turn) -> TurnStats:
+        stats = self._stats(turn, prompt, turn.finish)
+        self.messages.append(ChatMessage("assistant", "".join(turn.content), "".join(turn.reasoning),
+                                         stats, turn.finish))
+        self._builder.remember(prompt, turn.reply_ids)
+        return stats
+
+    def _stats(self, turn: _Turn, prompt: BuiltPrompt | None, finish: str) -> TurnStats:
+        info = self.backend.info
+        n_prompt = len(prompt.ids) if prompt else 0
+        n_reply = len(turn.reply_ids)
+        speed = 0.0
+        if n_reply > 1 and turn.first_at is not None and turn.last_at and turn.last_at > turn.first_at:
+            speed = (n_reply - 1) / (turn.last_at - turn.first_at)
+        evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) if n_reply else 0
+        return TurnStats(
+            new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
+            reasoning_tokens=turn.reasoning_tokens,
+            ttft_s=(turn.first_at - turn.started) if turn.first_at else 0.0, tokens_per_s=speed,
+            context_used=n_prompt + n_reply, context_limit=self.context_size, finish_reason=finish,
+            dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
+            backend=info.backend, device=info.device,
+        )
+
+    # -- fitting the context ----------------------------------------------------------------
+
+    def _template_messages(self, start: int, user: ChatMessage) -> list[dict[str, str]]:
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        messages += [{"role": m.role, "content": m.content} for m in self.messages[start:]]
+        messages.append({"role": "user", "content": user.content})
+        return messages
+
+    def _fit(self, user: ChatMessage) -> tuple[BuiltPrompt | None, str | None]:
+        """The prompt for ``user``, dropping the oldest turns if needed; (None, why) if it cannot fit."""
+        need = min(self.sampling.max_tokens, self.context_size)
+        start = min(self._window, len(self.messages))
+        dropped_before = start
+        while True:
+            prompt = self._builder.build(self._template_messages(start, user), self.enable_thinking)
+            excess = len(prompt.ids) + need - self.context_size
+            if excess <= 0:
+                break
+            later = self._drop_plan(start, excess)
+            if later is None:  # only the system prompt and this message are left
+                if self.context_size - len(prompt.ids) >= min(need, MIN_REPLY_TOKENS):
+                    break  # it fits with a shorter reply
+                return None, (
+                    f"message too long: the prompt would be {len(prompt.ids)} tokens with a context of "
+                    f"{self.context_size}; shorten it, shorten the system prompt, or raise --ctx"
+                )
+            start = later
+        self._window = start
+        if start > dropped_before:
+            turns = sum(1 for m in self.messages[dropped_before:start] if m.role == "user")
+            return prompt, (f"context full: left the {turns} oldest turn{'s' if turns != 1 else ''} "
+                            f"out of the prompt ({len(prompt.ids)} of {self.context_size} tokens used)")
+        return prompt, None
+
+    def _drop_plan(self, start: int, excess: int) -> int | None:
+        """The first message to keep so that roughly ``excess`` tokens leave; None if none can."""
+        freed = 0
+        index = start
+        while index < len(self.messages):
+            freed += self._count(self.messages[index].content) + 4  # + markup, roughly
+            index += 1
+            while index < len(self.messages) and self.messages[index].role != "user":
+                freed += self._count(self.messages[index].content) + 4
+                index += 1
+            if freed >= excess:
+                break
+        return index if index > start else None
+
+    def _count(self, content: str) -> int:
+        count = self._token_counts.get(content)
+        if count is None:
+            count = self._token_counts[content] = len(self.tokenizer.encode(content))
+        return count
+
+
+def _marker_ids(tokenizer: Any) -> frozenset[int]:
+    specials = getattr(tokenizer, "special_tokens", None) or {}
+    return frozenset(specials[m] for m in END_MARKERS if m in specials)

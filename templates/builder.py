@@ -1,0 +1,81 @@
+"""Incremental prompt ids: each turn encodes only what is new since the last one.
+
+A backend reuses its KV cache for the longest common prefix of the ids it
+is given, so turn N's prompt must start with *exactly* the ids turn N-1
+sent plus the reply ids as the model generated them (not a re-tokenization
+of the reply, which can differ).  :class:`PromptBuilder` remembers the text
+and ids of what the backend holds and, when the new render starts with that
+text, encodes only the rest.
+
+The text check is what makes this safe: templates rewrite history (Qwen3
+and DeepSeek-R1 drop earlier reasoning, Llama 3 trims replies, a dropped
+turn changes the start), and then the new render no longer starts with the
+old text, so the prompt is re-encoded in full.  ``reused`` reports which
+happened.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from templates.chat_template import ChatTemplate, RenderedPrompt
+from templates.ids import encode_part, prompt_ids
+
+
+@dataclass(frozen=True)
+class BuiltPrompt:
+    """One turn's prompt: the rendered text, its ids, and how many ids came from the cache."""
+
+    rendered: RenderedPrompt
+    ids: list[int]
+    #: leading ids taken from the previous turn unchanged (0: encoded in full)
+    reused: int
+
+    @property
+    def text(self) -> str:
+        return self.rendered.text
+
+
+@dataclass(frozen=True)
+class _Base:
+    text: str
+    ids: tuple[int, ...]
+
+
+class PromptBuilder:
+    """Builds prompt ids for a message list, reusing what an earlier turn already encoded."""
+
+    def __init__(self, tokenizer: Any, template: ChatTemplate) -> None:
+        self.tokenizer = tokenizer
+        self.template = template
+        #: texts the backend's cache may hold, newest first: prompt + reply, then the prompt alone
+        self._bases: list[_Base] = []
+
+    def build(self, messages: Sequence[Any], enable_thinking: bool | None = None) -> BuiltPrompt:
+        """Render ``messages`` with a generation prompt and encode what is not cached yet."""
+        rendered = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking)
+        for base in self._bases:
+            if not base.ids or not rendered.text.startswith(base.text):
+                continue
+            try:
+                new = encode_part(self.tokenizer, rendered, len(base.text))
+            except ValueError:
+                continue  # a message span straddles the old end: encode in full
+            return BuiltPrompt(rendered, list(base.ids) + new, len(base.ids))
+        return BuiltPrompt(rendered, prompt_ids(self.tokenizer, rendered), 0)
+
+    def remember(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> None:
+        """Record what the backend holds after a turn: the prompt plus the reply as generated."""
+        reply_text = self.tokenizer.decode(list(reply_ids)) if reply_ids else ""
+        self._bases = [_Base(prompt.text + reply_text, tuple(prompt.ids) + tuple(reply_ids))]
+        if reply_ids:  # a regenerate sends the same prompt again
+            self._bases.append(_Base(prompt.text, tuple(prompt.ids)))
+
+    def forget(self) -> None:
+        """Drop the cache (a new conversation, or the tokenizer's view of it changed)."""
+        self._bases = []
+
+    @property
+    def cached_tokens(self) -> int:
+        """Ids the backend holds after the last turn (0 before the first)."""
+        return len(self._bases[0].ids) if self._bases else 0
