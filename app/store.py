@@ -112,6 +112,7 @@ class ChatStore:
 
     def __init__(self, path: str | Path | None = None, *, timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self._key = str(self.path.resolve())  # one spelling per file, for _ACTIVE_REPLIES
         self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,7 +197,7 @@ class ChatStore:
         """Mark replies whose writing process is gone as interrupted."""
         rows = self._read("SELECT id, writer_pid FROM messages WHERE writer_pid IS NOT NULL")
         dead = [r["id"] for r in rows
-                if (str(self.path), r["id"]) not in _ACTIVE_REPLIES
+                if (self._key, r["id"]) not in _ACTIVE_REPLIES
                 and (r["writer_pid"] == os.getpid() or not _pid_alive(r["writer_pid"]))]
         if dead:
             with self._write() as conn:
@@ -343,7 +344,7 @@ class ChatStore:
                                "VALUES (?, ?, ?, ?)", (conv_id, role, now, os.getpid()))
             self._touch(conn, conv_id, now)
             msg_id = int(cur.lastrowid)
-        _ACTIVE_REPLIES.add((str(self.path), msg_id))
+        _ACTIVE_REPLIES.add((self._key, msg_id))
         return msg_id
 
     def update_reply(self, msg_id: int, content: str, reasoning: str = "") -> None:
@@ -366,7 +367,7 @@ class ChatStore:
             conn.execute(f"UPDATE messages SET {sets}, finished_at = ?, writer_pid = NULL WHERE id = ?",
                          (*cols.values(), now, msg_id))
             self._touch(conn, row["conversation_id"], now)
-        _ACTIVE_REPLIES.discard((str(self.path), msg_id))
+        _ACTIVE_REPLIES.discard((self._key, msg_id))
 
     def truncate(self, conv_id: int, keep: int) -> None:
         """Keep only the first ``keep`` messages (before a regenerate or an edit of the last turn)."""

@@ -6,13 +6,12 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from app.cli import build_parser
-from app.config import (DEFAULTS_PATH, SCHEMA, ConfigError, chat_options, load_settings, read_toml,
+from app.config import (DEFAULTS_PATH, SCHEMA, ConfigError, chat_options, load_settings, read_toml, tomllib,
                         user_config_path)
 from app.presets import BUNDLED_DIR, load_presets, match_preset
 from backends.base import SamplingParams
