@@ -168,8 +168,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         info = chat.info
         bar = self.query_one(ModelBar)
         bar.text = model_bar_text(info.model_name or chat.model_path.stem, info.quantization,
-                                  info.backend, info.device, chat.session.template.name
-                                  if hasattr(chat.session, "template") else chat.template.name,
+                                  info.backend, info.device, chat.session.template.name,
                                   chat.context_size)
         bar.state = "ready"
         self.meter.limit = chat.context_size

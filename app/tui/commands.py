@@ -87,8 +87,8 @@ class CommandsMixin:
     async def cmd_think(self, arg: str) -> None:
         session = self._need_session("think")
         value = (not session.enable_thinking) if not arg else parse_on_off(arg, "think")
-        if not self.chat.template.supports_thinking:
-            self.notify(f"Template {self.chat.template.name} has no thinking switch; "
+        if not session.template.supports_thinking:
+            self.notify(f"Template {session.template.name} has no thinking switch; "
                         "reasoning in <think> tags is still shown", severity="warning")
         session.enable_thinking = value
         self.notify(f"Thinking {'on' if value else 'off'}")
@@ -146,12 +146,26 @@ class CommandsMixin:
         self.notify(f"Copied code block {index + 1} of {len(blocks)}")
 
     async def cmd_export(self, arg: str) -> None:
+        """The stored conversation through :mod:`app.export` (``.json`` keeps everything);
+        with history off, the session's messages as Markdown."""
+        from app.export import to_json, to_markdown
+        from app.store import StoreError
         from app.tui.transcript import transcript_markdown
 
         session = self._need_session("export")
+        if not session.messages:
+            raise SlashError("nothing to export yet")
         path = Path(arg).expanduser() if arg else Path.cwd() / time.strftime("tokchat-%Y%m%d-%H%M%S.md")
+        conv_id = self.recorder.conversation_id if self.recorder else None
         try:
-            path.write_text(transcript_markdown(session.messages), encoding="utf-8")
+            if conv_id is not None and self.store is not None:
+                conversation = self.store.load(conv_id)
+                text = to_json(conversation) if path.suffix == ".json" else to_markdown(conversation)
+            else:
+                text = transcript_markdown(session.messages)
+            path.write_text(text, encoding="utf-8")
+        except StoreError as exc:
+            raise SlashError(str(exc)) from None
         except OSError as exc:
             raise SlashError(f"could not write {path}: {exc.strerror or exc}") from None
         self.notify(f"Exported {len(session.messages)} messages to {path}")

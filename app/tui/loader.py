@@ -90,13 +90,15 @@ def scripted_loader(model_path: Path, replies: Sequence[str], *, delay_s: float 
 
     def load(options: ChatOptions, progress: Progress) -> LoadedChat:
         tokenizer, template, notice = _tokenizer_and_template(Path(model_path), options, progress)
-        stop = tokenizer.eos_id if tokenizer.eos_id is not None else min(tokenizer.eog_ids)
-        scripted = [tokenizer.encode(text) + [stop] for text in replies]
-        turns = itertools.cycle(scripted)
-        backend = ScriptedBackend(lambda _prompt: next(turns), delay_s=delay_s,
+        scripted: list[list[int]] = []
+        turns = itertools.cycle(range(len(replies)))
+        backend = ScriptedBackend(lambda _prompt: scripted[next(turns)], delay_s=delay_s,
                                   fail_after=fail_after, context_size=context_size)
         backend.info.model_name = Path(model_path).stem
+        backend.info.quantization = "scripted"
         session = _session(tokenizer, template, backend, options, context_size)
+        stop = tokenizer.eos_id if tokenizer.eos_id in session.stop_ids else min(session.stop_ids)
+        scripted.extend(tokenizer.encode(text) + [stop] for text in replies)
         return LoadedChat(session, tokenizer, template, backend, Path(model_path), context_size, notice)
 
     return load

@@ -27,7 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "regen": ("", "regenerate the last reply"),
     "edit": ("", "put the last prompt back in the box; Enter resends it in its place"),
     "copy": ("[code [N]]", "copy the last reply, or its Nth code block (default: the last)"),
-    "export": ("[PATH]", "write this conversation as Markdown (default: ./tokchat-<time>.md)"),
+    "export": ("[PATH]", "write this conversation as Markdown, or JSON if PATH ends in .json "
+               "(default: ./tokchat-<time>.md)"),
     "stats": ("", "totals for this conversation"),
     "model": ("PATH", "open another model"),
     "history": ("", "show or hide the history sidebar"),

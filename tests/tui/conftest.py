@@ -1,0 +1,92 @@
+"""Fixtures for the TUI tests: the real app on the real SmolLM2, or on a scripted backend.
+
+Scripted apps still use the real tokenizer and template; only the backend
+replays fixed ids, so snapshot pixels are stable.  Their TurnStats timings
+(TTFT, tok/s) are pinned by ``stats_filter``: the only values that differ
+between runs.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from app.options import ChatOptions
+from app.store import ChatStore
+from app.tui.app import ChatApp
+from app.tui.loader import scripted_loader
+from backends.base import SamplingParams
+
+#: terminal size for every Pilot and snapshot run
+SIZE = (100, 30)
+
+
+def stable_timings(stats):
+    """Fixed TTFT and speed so a snapshot frame never holds a clock reading."""
+    return replace(stats, ttft_s=0.25, tokens_per_s=123.4)
+
+
+async def wait_for(pilot, condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
+    """Let the app run until ``condition()`` holds (fails with ``what`` after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        await pilot.pause(0.02)
+
+
+async def wait_loaded(pilot) -> None:
+    app = pilot.app
+    await wait_for(pilot, lambda: app.chat is not None or app.query_one("ModelBar").state == "failed",
+                   what="the model to load")
+    await pilot.pause()
+
+
+async def wait_reply(pilot) -> None:
+    """Until the current reply has finished and the UI has drained it."""
+    app = pilot.app
+    await asyncio.sleep(0)
+    await wait_for(pilot, lambda: not app.generating, what="the reply to finish")
+    await pilot.pause()
+
+
+async def send(pilot, text: str) -> None:
+    """Type ``text`` into the prompt box (as keys) and press Enter."""
+    pilot.app.prompt_input.focus()
+    await pilot.press(*[("space" if ch == " " else ch) for ch in text])
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ChatStore:
+    with ChatStore(tmp_path / "history.sqlite3") as opened:
+        yield opened
+
+
+@pytest.fixture
+def scripted_app(smollm_path: Path, store: ChatStore) -> Callable[..., ChatApp]:
+    """``scripted_app(["reply 1", "reply 2"], delay_s=0, fail_after=None)`` -> a ChatApp."""
+
+    def make(replies, *, options: ChatOptions | None = None, **kwargs) -> ChatApp:
+        options = options or ChatOptions(model=str(smollm_path), theme="textual-dark")
+        return ChatApp(options, loader=scripted_loader(smollm_path, replies, **kwargs),
+                       stats_filter=stable_timings, store=store)
+
+    return make
+
+
+@pytest.fixture
+def real_app(smollm_path: Path, store: ChatStore) -> Callable[..., ChatApp]:
+    """The real app on SmolLM2, llama.cpp on the CPU, greedy, short replies."""
+
+    def make(max_tokens: int = 24, ctx: int = 2048) -> ChatApp:
+        options = ChatOptions(model=str(smollm_path), backend="cpu", ctx=ctx,
+                              sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=1))
+        return ChatApp(options, store=store)
+
+    return make
