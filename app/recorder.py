@@ -32,8 +32,12 @@ class HistoryRecorder:
                  store: ChatStore | None = None, model_path: str | Path = "", model_name: str = "",
                  template: str = "", system: str = "", sampling: Any = None,
                  settings: dict | None = None, progress_interval_s: float = 1.0,
+                 notify: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``notify``: called once with the notice when history switches itself off (headless:
+        print it to stderr); without it, poll :meth:`take_notice`."""
         self.enabled = enabled
+        self._notify = notify
         self._store = store
         self._store_path = store_path
         self._owns_store = store is None
@@ -51,11 +55,17 @@ class HistoryRecorder:
     @classmethod
     def from_options(cls, options: Any, *, model_path: str | Path = "", model_name: str = "",
                      template: str = "", **kwargs: Any) -> HistoryRecorder:
-        """A recorder for a chat run with :class:`app.options.ChatOptions`."""
+        """A recorder for a chat run with :class:`app.options.ChatOptions`.
+
+        ``model_path`` defaults to the path :func:`app.config.chat_options` resolved; model name
+        and template, known only once the model is loaded, can follow through :meth:`start_new`
+        before the first :meth:`on_user`.
+        """
         from dataclasses import asdict
 
         settings = {"backend": options.backend, "ctx": options.ctx, "think": options.think,
                     "template_option": options.template, "preset": getattr(options, "preset", None)}
+        model_path = model_path or getattr(options, "model_path", None) or options.model or ""
         return cls(enabled=options.history, model_path=model_path, model_name=model_name,
                    template=template, system=options.system, sampling=asdict(options.sampling),
                    settings=settings, **kwargs)
@@ -79,6 +89,9 @@ class HistoryRecorder:
         self.enabled = False
         if self._notice is None:
             self._notice = f"history is off for this chat: {exc}"
+            if self._notify is not None:
+                self._notice_taken = True
+                self._notify(self._notice)
 
     @property
     def notice(self) -> str | None:

@@ -334,3 +334,31 @@ def test_full_disk_is_one_line_and_keeps_what_was_written(tmp_path):
     assert store.integrity_check() == "ok"
     contents = [m.content.split()[0] for m in store.load(1).messages]
     assert contents == [str(i) for i in range(result["committed"])]
+
+
+def test_notify_hears_about_a_failed_history_once(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    heard: list[str] = []
+    recorder = HistoryRecorder(store_path=blocker / "h.sqlite3", notify=heard.append)
+    for _ in range(2):
+        recorder.on_user(ChatMessage("user", "hi"))
+        recorder.on_event(ReplyEvent("content", "hello"))
+        recorder.on_reply(ChatMessage("assistant", "hello", finish_reason="stop"))
+    recorder.close()
+    assert heard == [f"history is off for this chat: cannot create the history directory {blocker}: Not a directory"]
+    assert recorder.take_notice() is None and not recorder.enabled
+
+
+def test_recorder_from_options_fills_in_the_conversation(tmp_path, smollm_path):
+    from app.options import ChatOptions
+
+    options = ChatOptions(system="Be kind.", model_path=smollm_path, ctx=2048, preset="smollm2")
+    recorder = HistoryRecorder.from_options(options, store_path=tmp_path / "h.sqlite3")
+    recorder.start_new(model_name="SmolLM2 135M", template="chatml")  # known once the model is loaded
+    recorder.on_user(ChatMessage("user", "hi"))
+    info = recorder.store.load(recorder.conversation_id).info
+    assert (info.model_path, info.model_name, info.template, info.system_prompt) == \
+        (str(smollm_path), "SmolLM2 135M", "chatml", "Be kind.")
+    assert info.sampling["temperature"] == options.sampling.temperature
+    assert info.settings["ctx"] == 2048 and info.settings["preset"] == "smollm2"
