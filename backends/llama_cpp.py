@@ -1,0 +1,182 @@
+"""llama.cpp through llama-cpp-python: CPU, CUDA, ROCm (HIP), Vulkan and Metal builds.
+
+Every turn passes the whole conversation's ids to ``Llama.generate``, which
+keeps the longest common prefix of its KV cache and evaluates only the
+rest.  Long new suffixes are evaluated here first, ``PREFILL_CHUNK`` ids at a
+time, so a cancel is honoured between batches of a long prompt too.  The
+engine's own ``eval`` is wrapped to count the ids it really evaluated
+(``last_prompt_evaluated`` is measured, not inferred).
+
+Not handled: multiple sequences, grammars, speculative decoding.
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Callable, Collection, Iterator, Sequence
+
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.engine_log import capture_llama_log
+from backends.model_meta import read_model_meta
+from backends.worker import GenerationWorker
+
+#: ids per engine call while evaluating a long new prompt: the cancel granularity there
+PREFILL_CHUNK = 128
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (cgroup/affinity aware where the OS tells)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppBackend:
+    """One GGUF model in llama.cpp; ``device`` says which offload the caller chose."""
+
+    def __init__(self, device: str = "CPU") -> None:
+        self.device = device
+        self.info = BackendInfo(backend="llama.cpp", device=device, model_name="", quantization="", context_size=0)
+        self.last_prompt_evaluated = 0
+        self.log_path: Path | None = None
+        self._llm = None
+        self._worker: GenerationWorker | None = None
+        self._evaluated = 0
+
+    def load(self, model_path: Path, options: LoadOptions) -> None:
+        try:
+            import llama_cpp
+        except ImportError as exc:
+            raise BackendError(
+                "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
+            ) from exc
+        meta = read_model_meta(model_path)
+        if meta.format != "gguf":
+            raise BackendError(f"llama.cpp loads .gguf files; {model_path} is an MLX directory (use --backend mlx)")
+        n_ctx = options.n_ctx or meta.default_ctx()
+        gpu_layers = options.n_gpu_layers
+        if gpu_layers is None:
+            gpu_layers = 0 if self.device == "CPU" else -1
+        threads = options.n_threads or available_cpus()
+        self.log_path = capture_llama_log(options.log_path)
+        self._worker = GenerationWorker("llama.cpp")
+
+        def build():
+            return llama_cpp.Llama(
+                model_path=str(model_path), n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads,
+                n_threads_batch=threads, verbose=False,
+            )
+
+        try:
+            self._llm = self._worker.call(build)
+        except (ValueError, RuntimeError, OSError) as exc:
+            self._worker.close()
+            self._worker = None
+            raise BackendError(
+                f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
+            ) from exc
+        self._wrap_eval()
+        blocks = meta.kv.get(f"{meta.architecture}.block_count")
+        offloaded = 0
+        if gpu_layers != 0 and isinstance(blocks, int):
+            # llama.cpp counts the output layer as one more offloadable layer
+            offloaded = blocks + 1 if gpu_layers < 0 else min(gpu_layers, blocks + 1)
+        self.info = BackendInfo(
+            backend="llama.cpp", device=self.device, model_name=meta.name, quantization=meta.quantization,
+            context_size=self._llm.n_ctx(), offloaded_layers=offloaded,
+            notes=[f"llama.cpp: {threads} threads, n_ctx {self._llm.n_ctx()}, log in {self.log_path}"],
+        )
+
+    def _wrap_eval(self) -> None:
+        """Count every id the engine evaluates: the prompt share is ``last_prompt_evaluated``."""
+        llm = self._llm
+        original = llm.eval
+
+        def counting_eval(tokens: Sequence[int]) -> None:
+            self._evaluated += len(tokens)
+            original(tokens)
+
+        llm.eval = counting_eval
+
+    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> None:
+        """Evaluate all but the last new prompt id in batches, checking cancel between them.
+
+        ``Llama.generate`` then finds all but one id cached and evaluates the
+        last one itself, so the result is the same as letting it do all.
+        """
+        llm = self._llm
+        common = 0
+        for a, b in zip(llm._input_ids, prompt):
+            if a != b:
+                break
+            common += 1
+        if len(prompt) - common <= PREFILL_CHUNK:
+            return
+        if common == 0:
+            llm.reset()
+        else:
+            llm.n_tokens = common
+        end = len(prompt) - 1
+        for start in range(common, end, PREFILL_CHUNK):
+            if cancelled():
+                return
+            llm.eval(prompt[start : min(end, start + PREFILL_CHUNK)])
+
+    def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
+    ) -> Iterator[int]:
+        if self._llm is None or self._worker is None:
+            raise BackendError("no model loaded")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise BackendError("empty prompt: there is nothing to continue")
+        n_ctx = self._llm.n_ctx()
+        if len(prompt) >= n_ctx:
+            raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+        stops = frozenset(stop_ids)
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(32)
+
+        def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
+            llm = self._llm
+            self._evaluated = 0
+            self._prefill(prompt, cancelled)
+            if cancelled():
+                self.last_prompt_evaluated = self._evaluated
+                return
+            llm.set_seed(seed)
+            stream = llm.generate(
+                prompt, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
+                temp=max(0.0, sampling.temperature), repeat_penalty=sampling.repeat_penalty,
+            )
+            count = 0
+            try:
+                for token in stream:
+                    if count == 0:
+                        self.last_prompt_evaluated = self._evaluated
+                    count += 1
+                    emit(int(token))
+                    # llm.n_tokens == n_ctx: the next id would not fit, so the reply ends here
+                    if token in stops or count >= sampling.max_tokens or cancelled() or llm.n_tokens >= n_ctx:
+                        break
+            finally:
+                stream.close()
+            if count == 0:
+                self.last_prompt_evaluated = self._evaluated
+
+        return self._worker.stream(job)
+
+    def cancel(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            worker, llm = self._worker, self._llm
+            self._llm = None
+            if llm is not None:
+                worker.wait_idle(10)
+                worker.call(llm.close)
+            worker.close()
+            self._worker = None

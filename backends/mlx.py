@@ -1,0 +1,174 @@
+"""MLX through mlx-lm: an MLX model directory or a Q4_0/Q4_1/Q8_0 GGUF file.
+
+One prompt cache lives as long as the model.  Each turn compares the new
+prompt with the ids the cache holds, trims the cache back to the common
+prefix (a regenerate or an edit shortens it) and feeds only the rest, in
+chunks so a cancel is honoured during a long prompt too.  On Apple Silicon
+MLX runs on the GPU (Metal); elsewhere ``mlx[cpu]`` runs on the CPU.
+
+Sampling follows llama.cpp's defaults where mlx-lm allows: the repetition
+penalty looks at the last 64 ids of the whole conversation (not only of
+the new part), temperature 0 is argmax.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, Collection, Iterator, Sequence
+
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.model_meta import read_model_meta
+from backends.worker import GenerationWorker
+
+#: ids fed to the model per forward pass while evaluating a prompt
+PREFILL_CHUNK = 128
+#: how many recent ids the repetition penalty considers (llama.cpp's penalty_last_n)
+PENALTY_LAST_N = 64
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class MLXBackend:
+    """One model in MLX with a single reusable prompt cache."""
+
+    def __init__(self) -> None:
+        self.info = BackendInfo(backend="mlx", device="CPU", model_name="", quantization="", context_size=0)
+        self.last_prompt_evaluated = 0
+        self._model = None
+        self._cache: list | None = None
+        self._cached_ids: list[int] = []  # exactly the ids whose keys/values the cache holds
+        self._worker: GenerationWorker | None = None
+
+    def load(self, model_path: Path, options: LoadOptions) -> None:
+        try:
+            import mlx.core as mx
+            import mlx_lm  # noqa: F401  (the model classes live there)
+        except ImportError as exc:
+            raise BackendError('MLX backend needs mlx-lm: pip install mlx-lm (on Linux also "mlx[cpu]")') from exc
+        meta = read_model_meta(model_path)
+        self._worker = GenerationWorker("mlx")
+
+        def build():
+            if meta.format == "mlx":
+                from mlx_lm.utils import load_model
+
+                return load_model(Path(model_path))[0]
+            from backends.mlx_gguf import load_gguf_model
+
+            return load_gguf_model(meta)
+
+        try:
+            self._model = self._worker.call(build)
+        except BackendError:
+            self._worker.close()
+            self._worker = None
+            raise
+        except (ValueError, RuntimeError, OSError) as exc:
+            self._worker.close()
+            self._worker = None
+            raise BackendError(f"MLX could not load {Path(model_path).name}: {exc}") from exc
+        self._reset_cache()
+        device = "Metal" if mx.metal.is_available() else "CPU"
+        self.info = BackendInfo(
+            backend="mlx", device=device, model_name=meta.name, quantization=meta.quantization,
+            context_size=options.n_ctx or meta.default_ctx(),
+            notes=[f"MLX {mx.__version__} on {device}" + (f", GGUF {meta.quantization} kept quantized"
+                                                         if meta.format == "gguf" else "")],
+        )
+
+    def _reset_cache(self) -> None:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        self._cache = make_prompt_cache(self._model)
+        self._cached_ids = []
+
+    def _rewind(self, keep: int) -> None:
+        """Drop cached ids beyond ``keep`` (regenerate, edit, a new conversation)."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        extra = len(self._cached_ids) - keep
+        if extra <= 0:
+            return
+        if keep == 0 or not can_trim_prompt_cache(self._cache):
+            self._reset_cache()
+            return
+        trim_prompt_cache(self._cache, extra)
+        del self._cached_ids[keep:]
+
+    def _forward(self, ids: list[int]):
+        import mlx.core as mx
+
+        logits = self._model(mx.array(ids)[None], cache=self._cache)[:, -1, :]
+        mx.eval(logits)
+        self._cached_ids.extend(ids)
+        return logits
+
+    def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
+    ) -> Iterator[int]:
+        if self._model is None or self._worker is None:
+            raise BackendError("no model loaded")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise BackendError("empty prompt: there is nothing to continue")
+        n_ctx = self.info.context_size
+        if len(prompt) >= n_ctx:
+            raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+        stops = frozenset(stop_ids)
+        max_new = min(sampling.max_tokens, n_ctx - len(prompt))
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(32)
+
+        def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
+            import mlx.core as mx
+            from mlx_lm.sample_utils import make_repetition_penalty, make_sampler
+
+            # at least the last prompt id is fed again: its logits pick the first reply id
+            keep = min(_common_prefix(self._cached_ids, prompt), len(prompt) - 1)
+            self._rewind(keep)
+            keep = len(self._cached_ids)
+            self.last_prompt_evaluated = len(prompt) - keep
+            logits = None
+            for start in range(keep, len(prompt), PREFILL_CHUNK):
+                if cancelled():
+                    return
+                logits = self._forward(prompt[start : start + PREFILL_CHUNK])
+            mx.random.seed(seed)
+            sampler = make_sampler(
+                temp=max(0.0, sampling.temperature), top_p=sampling.top_p, min_p=sampling.min_p,
+                top_k=sampling.top_k,
+            )
+            penalty = (make_repetition_penalty(sampling.repeat_penalty, PENALTY_LAST_N)
+                       if sampling.repeat_penalty != 1.0 else None)
+            history = list(prompt)
+            for count in range(1, max_new + 1):
+                if penalty is not None:
+                    logits = penalty(mx.array(history[-PENALTY_LAST_N:]), logits)
+                logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+                token = int(sampler(logprobs).item())
+                emit(token)
+                history.append(token)
+                if token in stops or count >= max_new or cancelled():
+                    return
+                logits = self._forward([token])
+
+        return self._worker.stream(job)
+
+    def cancel(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.wait_idle(10)
+            self._model = None
+            self._cache = None
+            self._cached_ids = []
+            self._worker.close()
+            self._worker = None

@@ -1,0 +1,90 @@
+"""What a backend needs to know about a model file before it loads it.
+
+Read from the GGUF header with tokchat's own reader (no tensor data, no
+engine), or from an MLX model directory's ``config.json``.  Used for the
+header line (name, quantization), the default context size and for
+refusing early, with a clear reason, what an engine cannot load.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends.base import BackendError
+
+#: GGUF ``general.file_type`` (llama.cpp's ``llama_ftype``) -> name
+FILE_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0",
+}
+#: the default context when the user gives none: the training context, capped
+DEFAULT_CTX_CAP = 8192
+
+
+@dataclass
+class ModelMeta:
+    """Header facts of one model: enough to name it and size its context."""
+
+    path: Path
+    format: str  # gguf | mlx
+    name: str
+    architecture: str
+    quantization: str
+    context_length: int | None
+    #: the raw key/values (GGUF) or config.json (MLX)
+    kv: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def default_ctx(self) -> int:
+        """The model's training context capped at :data:`DEFAULT_CTX_CAP`."""
+        return min(self.context_length or DEFAULT_CTX_CAP, DEFAULT_CTX_CAP)
+
+
+def is_mlx_dir(path: Path) -> bool:
+    """An MLX model directory: config.json plus safetensors weights."""
+    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def read_model_meta(path: Path | str) -> ModelMeta:
+    """Read a .gguf header or an MLX directory's config; BackendError when it is neither."""
+    path = Path(path)
+    if not path.exists():
+        raise BackendError(f"model not found: {path}")
+    if is_mlx_dir(path):
+        return _mlx_meta(path)
+    if path.is_dir():
+        raise BackendError(f"{path} is a directory but not an MLX model (config.json + *.safetensors)")
+    from tokenizer.errors import TokenizerError
+    from tokenizer.gguf import read_gguf
+
+    try:
+        gguf = read_gguf(path)
+    except TokenizerError as exc:
+        raise BackendError(f"{path.name} is not a readable GGUF model: {exc}") from exc
+    kv = gguf.kv
+    arch = str(kv.get("general.architecture", "unknown"))
+    ftype = kv.get("general.file_type")
+    quant = FILE_TYPES.get(ftype, f"type {ftype}") if isinstance(ftype, int) else "unknown"
+    ctx = kv.get(f"{arch}.context_length")
+    return ModelMeta(
+        path=path, format="gguf", name=str(kv.get("general.name") or path.stem), architecture=arch,
+        quantization=quant, context_length=int(ctx) if isinstance(ctx, int) else None, kv=kv,
+    )
+
+
+def _mlx_meta(path: Path) -> ModelMeta:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"cannot read {path / 'config.json'}: {exc}") from exc
+    q = config.get("quantization") or {}
+    quant = f"{q.get('bits')}-bit (group {q.get('group_size')})" if q else str(config.get("torch_dtype", "float"))
+    ctx = config.get("max_position_embeddings")
+    return ModelMeta(
+        path=path, format="mlx", name=path.name, architecture=str(config.get("model_type", "unknown")),
+        quantization=quant, context_length=int(ctx) if isinstance(ctx, int) else None, kv=config,
+    )

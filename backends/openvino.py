@@ -1,0 +1,209 @@
+"""OpenVINO GenAI: an ``LLMPipeline`` that reads the GGUF file directly.
+
+Device: ``--device`` or the best of ``openvino.Core().available_devices``
+(GPU > NPU > CPU).  Ids go in as a ``TokenizedInputs`` and come back one at
+a time through a ``StreamerBase`` subclass, whose ``write`` is also where a
+cancel or one of our stop ids ends the reply.  On CPU and GPU the pipeline
+runs the paged-attention scheduler with prefix caching on, so a turn that
+extends the previous conversation reuses its KV blocks; the NPU pipeline
+has no such cache and re-evaluates.
+
+``last_prompt_evaluated`` is an estimate here: OpenVINO does not report
+cached ids, so it is the prompt minus the whole KV blocks shared with the
+previous request (prompt + reply) — what the block-level prefix cache can
+reuse.  Not handled: LoRA adapters, speculative decoding, chat history
+objects (tokchat renders its own prompt).
+"""
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Callable, Collection, Iterator, Sequence
+
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.model_meta import read_model_meta
+from backends.worker import GenerationWorker
+
+#: preference order of OpenVINO device families
+DEVICE_ORDER = ("GPU", "NPU", "CPU")
+#: KV block size of the paged-attention cache per device family (ids per block)
+BLOCK_SIZE = {"CPU": 32, "GPU": 16}
+
+
+def pick_device(available: Sequence[str], requested: str | None) -> str:
+    """The device to load on: ``requested`` if present, else GPU > NPU > CPU."""
+    families = {d.split(".")[0].upper(): d for d in reversed(list(available))}
+    if requested:
+        want = requested.upper()
+        match = [d for d in available if d.upper() == want or d.split(".")[0].upper() == want]
+        if not match:
+            raise BackendError(
+                f"OpenVINO device {requested} is not available here (found: {', '.join(available) or 'none'})"
+            )
+        return match[0]
+    for family in DEVICE_ORDER:
+        if family in families:
+            return families[family]
+    raise BackendError("OpenVINO found no device (not even CPU): check the openvino installation")
+
+
+def explain_load_error(exc: BaseException, quantization: str) -> str:
+    """OpenVINO's C++ check messages, reduced to the line that says what failed."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    core = next((ln for ln in reversed(lines) if not ln.startswith("Check ")), lines[-1] if lines else repr(exc))
+    core = re.sub(r"\s+", " ", core)
+    if "gguf_tensor_to_f16" in core or "load_gguf" in core:
+        return (f"OpenVINO's GGUF reader cannot convert this {quantization} file ({core}); "
+                "it reads only some GGUF tensor types: use llama.cpp for this model")
+    return f"OpenVINO could not load the model: {core}"
+
+
+def _streamer_class():
+    """A ``StreamerBase`` subclass, built on first use so openvino_genai loads lazily."""
+    import openvino_genai as og
+
+    class IdStreamer(og.StreamerBase):
+        """Passes each id to ``on_id``; a True answer stops (stop id, max tokens) or cancels."""
+
+        def __init__(self, on_id: Callable[[int], bool], cancelled: Callable[[], bool]) -> None:
+            super().__init__()
+            self.on_id = on_id
+            self.cancelled = cancelled
+
+        def write(self, token):  # int, or a list of ids when the engine emits several
+            ids = [token] if isinstance(token, int) else list(token)
+            for tid in ids:
+                if self.cancelled():
+                    return og.StreamingStatus.CANCEL
+                if self.on_id(int(tid)):
+                    return og.StreamingStatus.STOP
+            return og.StreamingStatus.CANCEL if self.cancelled() else og.StreamingStatus.RUNNING
+
+        def end(self) -> None:
+            return None
+
+    return IdStreamer
+
+
+class OpenVINOBackend:
+    """One GGUF model in an OpenVINO GenAI ``LLMPipeline``."""
+
+    def __init__(self) -> None:
+        self.info = BackendInfo(backend="openvino", device="CPU", model_name="", quantization="", context_size=0)
+        self.last_prompt_evaluated = 0
+        self._pipe = None
+        self._worker: GenerationWorker | None = None
+        self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
+
+    def load(self, model_path: Path, options: LoadOptions) -> None:
+        try:
+            import openvino as ov
+            import openvino_genai as og
+        except ImportError as exc:
+            raise BackendError("OpenVINO backend needs openvino-genai: pip install openvino-genai") from exc
+        meta = read_model_meta(model_path)
+        if meta.format != "gguf":
+            raise BackendError("tokchat's OpenVINO backend loads .gguf files; use --backend mlx for MLX directories")
+        device = pick_device(ov.Core().available_devices, options.device)
+        family = device.split(".")[0]
+        properties: dict = {}
+        if family in BLOCK_SIZE:
+            scheduler = og.SchedulerConfig()
+            scheduler.enable_prefix_caching = True
+            properties["scheduler_config"] = scheduler
+        self._worker = GenerationWorker("openvino")
+        try:
+            self._pipe = self._worker.call(lambda: og.LLMPipeline(str(model_path), device, **properties))
+        except RuntimeError as exc:
+            self._worker.close()
+            self._worker = None
+            raise BackendError(explain_load_error(exc, meta.quantization)) from exc
+        self._streamer_cls = _streamer_class()
+        self._block = BLOCK_SIZE.get(family, 0)
+        self.info = BackendInfo(
+            backend="openvino", device=device, model_name=meta.name, quantization=meta.quantization,
+            context_size=options.n_ctx or meta.default_ctx(),
+            notes=[f"OpenVINO {og.get_version()} on {device}"
+                   + (", prefix caching on" if self._block else ", no prefix cache on this device")],
+        )
+
+    def _estimate_evaluated(self, prompt: list[int]) -> int:
+        common = 0
+        for a, b in zip(self._history, prompt):
+            if a != b:
+                break
+            common += 1
+        if not self._block:
+            return len(prompt)
+        reusable = min(common, len(prompt) - 1) // self._block * self._block
+        return len(prompt) - reusable
+
+    def _config(self, sampling: SamplingParams, max_new: int):
+        import openvino_genai as og
+
+        cfg = og.GenerationConfig()
+        cfg.max_new_tokens = max_new
+        # our stop ids end the reply in the streamer; the GGUF's own EOS must not end it first
+        cfg.ignore_eos = True
+        cfg.repetition_penalty = sampling.repeat_penalty
+        if sampling.temperature > 0:
+            cfg.do_sample = True
+            cfg.temperature = sampling.temperature
+            cfg.top_p = sampling.top_p
+            cfg.top_k = sampling.top_k
+            cfg.min_p = sampling.min_p
+            cfg.rng_seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+        else:
+            cfg.do_sample = False
+        return cfg
+
+    def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
+    ) -> Iterator[int]:
+        if self._pipe is None or self._worker is None:
+            raise BackendError("no model loaded")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise BackendError("empty prompt: there is nothing to continue")
+        n_ctx = self.info.context_size
+        if len(prompt) >= n_ctx:
+            raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+        max_new = min(sampling.max_tokens, n_ctx - len(prompt))
+        stops = frozenset(stop_ids)
+        cfg = self._config(sampling, max_new)
+
+        def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
+            import numpy as np
+            import openvino as ov
+            import openvino_genai as og
+
+            if max_new <= 0:
+                return
+            self.last_prompt_evaluated = self._estimate_evaluated(prompt)
+            reply: list[int] = []
+
+            def on_id(tid: int) -> bool:
+                reply.append(tid)
+                emit(tid)
+                return tid in stops or len(reply) >= max_new
+
+            ids = np.array([prompt], dtype=np.int64)
+            inputs = og.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
+            try:
+                self._pipe.generate(inputs, cfg, self._streamer_cls(on_id, cancelled))
+            finally:
+                self._history = prompt + reply
+
+        return self._worker.stream(job)
+
+    def cancel(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.wait_idle(10)
+            self._pipe = None
+            self._worker.close()
+            self._worker = None
