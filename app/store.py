@@ -116,6 +116,9 @@ class ChatStore:
         self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError as exc:
+            raise StoreError(f"cannot create the history directory {self.path.parent}: "
+                             "a file of that name is in the way") from exc
         except OSError as exc:
             raise StoreError(f"cannot create the history directory {self.path.parent}: "
                              f"{exc.strerror or exc}") from exc

@@ -346,7 +346,7 @@ def test_notify_hears_about_a_failed_history_once(tmp_path):
         recorder.on_event(ReplyEvent("content", "hello"))
         recorder.on_reply(ChatMessage("assistant", "hello", finish_reason="stop"))
     recorder.close()
-    assert heard == [f"history is off for this chat: cannot create the history directory {blocker}: Not a directory"]
+    assert heard == [f"history is off for this chat: cannot create the history directory {blocker}: a file of that name is in the way"]
     assert recorder.take_notice() is None and not recorder.enabled
 
 
