@@ -93,6 +93,8 @@ def default_db_path() -> Path:
 
 
 def _pid_alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) would send CTRL_C_EVENT there: assume alive
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
