@@ -45,13 +45,18 @@ class LlamaVocab:
         self.add_bos = bool(model.add_bos_token())
         carve = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
         #: text -> id of every token llama.cpp carves out of text with special=True
-        self.specials = {}
+        self.specials: dict[str, int] = {}
+        #: text -> (lstrip, rstrip): whitespace the token swallows on each side (Phi-3's markers)
+        self.strips: dict[str, tuple[bool, bool]] = {}
         for i in range(model.n_vocab()):
-            if model.token_get_attr(i) & carve:
+            attr = model.token_get_attr(i)
+            if attr & carve:
                 text = model.token_get_text(i)
                 text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-                if text:
-                    self.specials.setdefault(text, i)
+                if text and text not in self.specials:
+                    self.specials[text] = i
+                    self.strips[text] = (bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP),
+                                         bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP))
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
@@ -62,7 +67,7 @@ class LlamaVocab:
             ids = self.tokenize(text, special=True)
         else:
             ids = []
-            for piece, token in _partition(text, self.specials, literal_spans):
+            for piece, token in _partition(text, self.specials, literal_spans, self.strips):
                 ids.extend([token] if token is not None else self.tokenize(piece, special=False))
         if self.add_bos and (not ids or ids[0] != self.bos_id):
             ids.insert(0, self.bos_id)
@@ -86,29 +91,44 @@ class HFVocab:
         return value.get("content", "") if isinstance(value, dict) else (value or "")
 
 
-def _partition(text: str, specials: dict[str, int], spans: Sequence[tuple[int, int]]):
-    """llama.cpp's special-token partition (longest token first), never inside ``spans``."""
+_C_SPACE = " \t\n\v\f\r"  # what C's isspace() accepts, which llama.cpp uses for lstrip/rstrip
+
+
+def _partition(text: str, specials: dict[str, int], spans: Sequence[tuple[int, int]],
+               strips: dict[str, tuple[bool, bool]] | None = None):
+    """llama.cpp's special-token partition (longest token first), never inside ``spans``.
+
+    As in llama.cpp's ``tokenizer_st_partition``: a token with the lstrip
+    (rstrip) attribute swallows the whitespace before (after) it.
+    """
+    strips = strips or {}
     # fragments: (start, end, token id or None for raw text)
     fragments: list[tuple[int, int, int | None]] = [(0, len(text), None)]
     protected = sorted(spans)
     for special in sorted(specials, key=len, reverse=True):
         token = specials[special]
+        lstrip, rstrip = strips.get(special, (False, False))
         out: list[tuple[int, int, int | None]] = []
         for start, end, tid in fragments:
             if tid is not None:
                 out.append((start, end, tid))
                 continue
             pos = start
-            while True:
+            while pos < end:
                 hit = text.find(special, pos, end)
                 while hit >= 0 and any(a < hit + len(special) and hit < b for a, b in protected):
                     hit = text.find(special, hit + 1, end)
                 if hit < 0:
                     break
-                if hit > pos:
-                    out.append((pos, hit, None))
+                left = hit
+                while lstrip and left > pos and text[left - 1] in _C_SPACE:
+                    left -= 1
+                if left > pos:
+                    out.append((pos, left, None))
                 out.append((hit, hit + len(special), token))
                 pos = hit + len(special)
+                while rstrip and pos < end and text[pos] in _C_SPACE:
+                    pos += 1
             if pos < end:
                 out.append((pos, end, None))
         fragments = out
