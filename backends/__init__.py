@@ -1,8 +1,18 @@
 """Inference backends behind one Protocol: token ids in, token ids out.
 
-``open_backend`` (added by the backends issue) detects the hardware and
-returns a loaded backend; :mod:`backends.base` holds the contract.
+:mod:`backends.base` holds the contract; :func:`open_backend` detects the
+hardware (:mod:`backends.detect`), loads the best backend and falls back
+with the reason in ``backend.info.notes``.  Importing this package imports
+no engine.
 """
 from backends.base import Backend, BackendError, BackendInfo, LoadOptions, SamplingParams
 
-__all__ = ["Backend", "BackendError", "BackendInfo", "LoadOptions", "SamplingParams"]
+
+def open_backend(model_path, options: LoadOptions, probe=None) -> Backend:
+    """Detect, choose, load: see :func:`backends.registry.open_backend`."""
+    from backends.registry import open_backend as _open
+
+    return _open(model_path, options, probe)
+
+
+__all__ = ["Backend", "BackendError", "BackendInfo", "LoadOptions", "SamplingParams", "open_backend"]

@@ -1,14 +1,26 @@
-"""``tokchat doctor``: placeholder until its issue lands."""
+"""``tokchat doctor [--json]``: which backend tokchat would use here, and why.
+
+Runs the same detection as ``--backend auto`` (:mod:`backends.detect`) and
+prints every finding and every candidate with the reason it can or cannot
+run, plus the command that would fix it.  ``--json`` prints the same as
+data.  Loads no model.
+"""
 from __future__ import annotations
 
 import argparse
-
-from app.cli import CLIError
+import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs="*")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise CLIError("tokchat doctor is not built yet")
+    from backends.detect import detect
+
+    report = detect()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.text())
+    return 0

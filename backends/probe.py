@@ -1,0 +1,210 @@
+"""Facts about this machine, gathered without importing torch or loading a model.
+
+Three sources, all injectable so tests can simulate any machine:
+
+- files under a root directory (``/`` for real): ``/proc/driver/nvidia/version``,
+  ``/dev/nvidia*``, ``/dev/kfd``, ``/sys/class/kfd/kfd/topology/nodes/*/properties``,
+  ``/sys/class/drm/*/device/vendor``, ``/dev/accel/accel*`` (Intel NPU);
+- tools on a PATH: ``nvidia-smi``, ``rocminfo``, ``sysctl`` (Rosetta check);
+- the engines' own answers (:class:`RuntimeAnswers`): what llama-cpp-python
+  was built with, which devices OpenVINO sees, whether MLX has Metal.
+
+Nothing here decides anything; :mod:`backends.detect` does.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import platform as _platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+#: PCI vendor ids in /sys/class/drm/*/device/vendor
+VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
+#: GPU backends a llama-cpp-python build can ship, by library name
+LLAMA_GPU_LIBS = ("cuda", "hip", "vulkan", "metal", "sycl", "opencl")
+TOOL_TIMEOUT_S = 5.0
+
+
+@dataclass
+class RuntimeAnswers:
+    """What the installed engines say about themselves; None where one is missing."""
+
+    llama_cpp_version: str | None = None
+    llama_gpu_offload: bool | None = None
+    #: GPU backends found as libggml-<name> next to llama-cpp-python's libllama
+    llama_gpu_libs: list[str] = field(default_factory=list)
+    llama_lib_dir: str | None = None
+    openvino_version: str | None = None
+    openvino_devices: list[str] | None = None
+    mlx_version: str | None = None
+    mlx_metal: bool | None = None
+    #: import errors worth showing ("mlx: No module named 'mlx'")
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MachineFacts:
+    """Everything :mod:`backends.detect` reasons about."""
+
+    os: str
+    machine: str
+    rosetta: bool
+    nvidia_driver: str | None
+    nvidia_dev_nodes: list[str]
+    nvidia_smi: list[str] | None  # one "name, driver, memory" line per GPU; None: not on PATH
+    amd_kfd: bool
+    amd_kfd_gpus: int  # topology nodes with a GPU (gfx_target_version != 0)
+    rocminfo_gfx: list[str] | None  # gfx targets; None: rocminfo not on PATH
+    drm_vendors: list[str]  # vendor names of /sys/class/drm cards
+    npu_nodes: list[str]
+    runtime: RuntimeAnswers
+
+    @property
+    def apple_silicon(self) -> bool:
+        return self.os == "darwin" and self.machine == "arm64" and not self.rosetta
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"apple_silicon": self.apple_silicon}
+
+
+def real_runtime_answers() -> RuntimeAnswers:
+    """Ask the installed engines; every import failure is recorded, never raised."""
+    answers = RuntimeAnswers()
+    try:
+        import llama_cpp
+
+        answers.llama_cpp_version = getattr(llama_cpp, "__version__", None) or _dist_version("llama-cpp-python")
+        answers.llama_gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+        lib_dir = Path(llama_cpp.__file__).parent / "lib"
+        answers.llama_lib_dir = str(lib_dir)
+        answers.llama_gpu_libs = gpu_libs_in(lib_dir)
+    except (ImportError, OSError, AttributeError) as exc:
+        answers.errors.append(f"llama_cpp: {exc}")
+    try:
+        import openvino
+
+        answers.openvino_version = _dist_version("openvino-genai") or openvino.__version__
+        answers.openvino_devices = list(openvino.Core().available_devices)
+    except (ImportError, RuntimeError, OSError) as exc:
+        answers.errors.append(f"openvino: {exc}")
+    try:
+        import mlx.core as mx
+
+        answers.mlx_version = mx.__version__
+        answers.mlx_metal = bool(mx.metal.is_available())
+    except (ImportError, RuntimeError, OSError, AttributeError) as exc:
+        answers.errors.append(f"mlx: {exc}")
+    return answers
+
+
+def gpu_libs_in(lib_dir: Path) -> list[str]:
+    """GPU backends shipped as ``libggml-<name>.so/.dylib`` or ``ggml-<name>.dll`` in ``lib_dir``."""
+    if not lib_dir.is_dir():
+        return []
+    names = {p.name.lower() for p in lib_dir.iterdir()}
+    return [gpu for gpu in LLAMA_GPU_LIBS if any(re.match(rf"(lib)?ggml-{gpu}\b", n) for n in names)]
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class SystemProbe:
+    """Reads the machine: pass a fake ``root``, ``path`` and ``runtime`` to simulate one."""
+
+    def __init__(
+        self,
+        root: Path | str = "/",
+        path: str | None = None,
+        runtime: RuntimeAnswers | Callable[[], RuntimeAnswers] | None = None,
+        os_name: str | None = None,
+        machine: str | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.path = path
+        self._runtime = runtime if runtime is not None else real_runtime_answers
+        self.os_name = os_name or sys.platform
+        self.machine = machine or _platform.machine()
+
+    def _file(self, rel: str) -> Path:
+        return self.root / rel.lstrip("/")
+
+    def _run(self, tool: str, *args: str) -> str | None:
+        """stdout of ``tool`` found on our PATH; None when absent; "" when it failed."""
+        exe = shutil.which(tool, path=self.path)
+        if exe is None:
+            return None
+        try:
+            done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout if done.returncode == 0 else ""
+
+    def nvidia_driver(self) -> str | None:
+        f = self._file("/proc/driver/nvidia/version")
+        if not f.is_file():
+            return None
+        text = f.read_text(errors="replace")
+        m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]+)", text) or re.search(r"\b(\d{3}\.\d+(?:\.\d+)?)\b", text)
+        return m.group(1) if m else "unknown version"
+
+    def nvidia_smi(self) -> list[str] | None:
+        out = self._run("nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader")
+        return None if out is None else [ln.strip() for ln in out.splitlines() if ln.strip()]
+
+    def kfd_gpus(self) -> int:
+        nodes = self._file("/sys/class/kfd/kfd/topology/nodes")
+        count = 0
+        for props in sorted(nodes.glob("*/properties")) if nodes.is_dir() else []:
+            m = re.search(r"^gfx_target_version\s+(\d+)", props.read_text(errors="replace"), re.M)
+            if m and int(m.group(1)) != 0:
+                count += 1
+        return count
+
+    def rocminfo_gfx(self) -> list[str] | None:
+        out = self._run("rocminfo")
+        if out is None:
+            return None
+        return sorted(set(re.findall(r"Name:\s+(gfx[0-9a-f]+)", out)))
+
+    def drm_vendors(self) -> list[str]:
+        drm = self._file("/sys/class/drm")
+        found = []
+        for vendor in sorted(drm.glob("*/device/vendor")) if drm.is_dir() else []:
+            if not re.fullmatch(r"card\d+", vendor.parent.parent.name):
+                continue  # connectors (card0-HDMI-A-1) and render nodes repeat the card
+            name = VENDORS.get(vendor.read_text(errors="replace").strip().lower())
+            if name:
+                found.append(name)
+        return found
+
+    def rosetta(self) -> bool:
+        if self.os_name != "darwin" or self.machine != "x86_64":
+            return False
+        return (self._run("sysctl", "-n", "sysctl.proc_translated") or "").strip() == "1"
+
+    def facts(self) -> MachineFacts:
+        runtime = self._runtime() if callable(self._runtime) else self._runtime
+        dev = self._file("/dev")
+        return MachineFacts(
+            os=self.os_name,
+            machine=self.machine,
+            rosetta=self.rosetta(),
+            nvidia_driver=self.nvidia_driver(),
+            nvidia_dev_nodes=sorted(p.name for p in dev.glob("nvidia[0-9]*")) if dev.is_dir() else [],
+            nvidia_smi=self.nvidia_smi(),
+            amd_kfd=self._file("/dev/kfd").exists(),
+            amd_kfd_gpus=self.kfd_gpus(),
+            rocminfo_gfx=self.rocminfo_gfx(),
+            drm_vendors=self.drm_vendors(),
+            npu_nodes=sorted(p.name for p in self._file("/dev/accel").glob("accel*")) if (dev / "accel").is_dir() else [],
+            runtime=runtime,
+        )

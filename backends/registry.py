@@ -1,0 +1,69 @@
+"""``open_backend``: detect, pick, load, and fall back with the reason written down.
+
+Backends are looked up by engine name; each module imports its engine only
+inside ``load``.  The decisions (what was chosen, what failed and why) go
+into ``backend.info.notes`` so the UI and ``--stats`` can show them.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from backends.base import Backend, BackendError, LoadOptions
+from backends.detect import Candidate, detect, plan
+from backends.model_meta import is_mlx_dir
+from backends.probe import SystemProbe
+
+
+def _llama(c: Candidate) -> Backend:
+    from backends.llama_cpp import LlamaCppBackend
+
+    return LlamaCppBackend(device=c.device)
+
+
+def _openvino(c: Candidate) -> Backend:
+    from backends.openvino import OpenVINOBackend
+
+    return OpenVINOBackend()
+
+
+def _mlx(c: Candidate) -> Backend:
+    from backends.mlx import MLXBackend
+
+    return MLXBackend()
+
+
+#: engine name -> factory
+ENGINES: dict[str, Callable[[Candidate], Backend]] = {"llama.cpp": _llama, "openvino": _openvino, "mlx": _mlx}
+
+
+def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> Backend:
+    """A loaded backend for ``model_path`` per ``options.backend`` (see :func:`backends.detect.plan`)."""
+    path = Path(model_path)
+    if not path.exists():
+        raise BackendError(f"model not found: {path}")
+    report = detect(probe)
+    order = plan(report, options.backend, model_is_mlx=is_mlx_dir(path))
+    notes: list[str] = []
+    for n, candidate in enumerate(order):
+        backend = ENGINES[candidate.engine](candidate)
+        opts = options
+        if candidate.engine != "openvino" and options.device:
+            opts = replace(options, device=None)  # --device picks the OpenVINO device only
+        elif candidate.engine == "openvino" and not options.device and candidate.device != "CPU":
+            opts = replace(options, device=candidate.device)
+        try:
+            backend.load(path, opts)
+        except BackendError as exc:
+            notes.append(f"{candidate.label} could not load {path.name}: {exc}")
+            continue
+        if n == 0 and options.backend == "auto":
+            notes.append(f"--backend auto chose {candidate.name} ({candidate.label}): {candidate.reason}")
+        elif n == 0:
+            notes.append(f"--backend {candidate.name}: {candidate.label}")
+        else:
+            notes.append(f"fell back to {candidate.name} ({candidate.label}): {candidate.reason}")
+        backend.info.notes = notes + backend.info.notes
+        return backend
+    raise BackendError(" ; ".join(notes) or "no backend could load the model")
