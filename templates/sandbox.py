@@ -174,6 +174,12 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
                 _check_replace(__self.limits, receiver, args[0], args[1])
         return __self._spend(super().call(__context, __obj, *args, **kwargs))
 
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        # Jinja returns an Undefined that prints as ""; a template that reaches for
+        # __globals__ or __class__ is hostile, so refuse it outright.
+        raise jinja2.exceptions.SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
+
     def wrap_str_format(self, value: Any) -> Any:
         wrapped = super().wrap_str_format(value)
         if wrapped is not None and _WIDTH_IN_FORMAT.search(value.__self__):
