@@ -8,32 +8,23 @@ cache it resolves offline (``HF_HUB_OFFLINE=1``, or no network at all).
 resolved, not when huggingface_hub was imported, so a changed environment
 is honoured.
 
-Describing a model reads only its header: GGUF key/values through
-:func:`tokenizer.gguf.read_gguf`, an MLX model's ``config.json``.
+Describing a model reads only its header, through the backends' own
+:func:`backends.model_meta.read_model_meta` (GGUF key/values, an MLX
+model's ``config.json``).
 
 Not handled: downloading whole MLX repositories from ``hf:`` (point
 ``--model`` at the downloaded directory instead).
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.bundled import bundled_model_path
+from backends.model_meta import is_mlx_dir
 
 HF_PREFIX = "hf:"
-
-#: llama.cpp's ``general.file_type`` (enum llama_ftype) -> quantization name
-FILE_TYPES: dict[int, str] = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
-    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
-    30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
-}
-
 
 class ModelNotFound(FileNotFoundError):
     """``--model`` names nothing usable; the message says what to pass instead."""
@@ -53,10 +44,6 @@ class ModelInfo:
     context_length: int | None = None
     #: where it was found: "bundled", "hf:ORG/REPO/FILE", "dir", "model"
     source: str = ""
-
-
-def is_mlx_dir(path: Path) -> bool:
-    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
 def hf_cache_dir() -> Path:
@@ -129,26 +116,17 @@ def _size(path: Path) -> int:
 
 
 def describe_model(path: Path, source: str = "model") -> ModelInfo:
-    """Header facts about a model; raises TokenizerError/GGUFError for a corrupt GGUF."""
-    if path.is_dir():
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        quant = config.get("quantization") or config.get("quantization_config") or {}
-        bits = quant.get("bits") if isinstance(quant, dict) else None
-        name = path.parent.parent.name.split("--")[-1] if path.parent.name == "snapshots" else path.name
-        return ModelInfo(path, "mlx", _size(path), architecture=str(config.get("model_type", "")), name=name,
-                         quantization=f"{bits}-bit" if bits else str(config.get("torch_dtype", "")),
-                         context_length=config.get("max_position_embeddings"), source=source)
-    from tokenizer.gguf import read_gguf
+    """Header facts about a model (through :func:`backends.model_meta.read_model_meta`);
+    raises BackendError for a file that is not a readable model."""
+    from backends.model_meta import read_model_meta
 
-    kv = read_gguf(path).kv
-    arch = str(kv.get("general.architecture", ""))
-    file_type = kv.get("general.file_type")
-    quantization = FILE_TYPES.get(file_type, f"type {file_type}") if file_type is not None else ""
-    name = str(kv.get("general.name") or kv.get("general.basename") or path.stem)
-    context = kv.get(f"{arch}.context_length")
-    return ModelInfo(path, "gguf", _size(path), architecture=arch, name=name,
-                     basename=str(kv.get("general.basename", "")), quantization=quantization,
-                     context_length=int(context) if context is not None else None, source=source)
+    meta = read_model_meta(path)
+    name = meta.name
+    if meta.format == "mlx" and path.parent.name == "snapshots":  # HF cache: the repo's name, not the hash
+        name = path.parent.parent.name.split("--")[-1]
+    return ModelInfo(path, meta.format, _size(path), architecture=meta.architecture, name=name,
+                     basename=str(meta.kv.get("general.basename", "")) if meta.format == "gguf" else "",
+                     quantization=meta.quantization, context_length=meta.context_length, source=source)
 
 
 def match_names(info: ModelInfo) -> list[str]:
@@ -195,7 +173,7 @@ def _hf_models() -> list[tuple[Path, str]]:
 
 def list_models(dirs: list[Path] | None = None) -> tuple[list[ModelInfo], list[str]]:
     """Every model found (bundled, configured dirs, HF cache) and one line per unreadable one."""
-    from tokenizer.errors import TokenizerError
+    from backends.base import BackendError
 
     found: list[tuple[Path, str]] = []
     try:
@@ -213,6 +191,6 @@ def list_models(dirs: list[Path] | None = None) -> tuple[list[ModelInfo], list[s
         seen.add(key)
         try:
             models.append(describe_model(path, source))
-        except (TokenizerError, OSError, ValueError) as exc:
+        except (BackendError, OSError) as exc:
             problems.append(f"{path}: {exc}")
     return models, problems

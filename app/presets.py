@@ -94,7 +94,7 @@ def match_preset(presets: list[Preset], architecture: str, names: list[str]) -> 
 def find_preset(model: str | None) -> tuple[Preset | None, Path | None, str | None]:
     """(preset, resolved model path, note) for ``--model``; the note says why there is no preset."""
     from app.model_resolution import describe_model, match_names, resolve_model
-    from tokenizer.errors import TokenizerError
+    from backends.base import BackendError
 
     try:
         path = resolve_model(model)
@@ -102,7 +102,7 @@ def find_preset(model: str | None) -> tuple[Preset | None, Path | None, str | No
         return None, None, f"no model preset: {exc}"
     try:
         info = describe_model(path)
-    except (TokenizerError, OSError, ValueError) as exc:
+    except (BackendError, OSError) as exc:
         return None, path, f"no model preset: cannot read {path}: {exc}"
     preset = match_preset(load_presets(), info.architecture, match_names(info))
     if preset is None:

@@ -54,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
         if not models:
             print("no models found (pass --model PATH.gguf, or add directories to model.dirs in config.toml)")
     for line in problems:
-        print(f"tokchat: cannot read {line}", file=sys.stderr)
+        print(f"tokchat: skipped {line}", file=sys.stderr)
     return 0

@@ -75,7 +75,7 @@ def test_mlx_directory_is_resolved_and_described(tmp_path):
     assert resolve_model(str(mlx)) == mlx
     info = describe_model(mlx)
     assert (info.kind, info.architecture, info.quantization, info.context_length, info.name) == \
-        ("mlx", "qwen2", "4-bit", 32768, "Qwen2.5-0.5B-Instruct-4bit")
+        ("mlx", "qwen2", "4-bit (group 64)", 32768, "Qwen2.5-0.5B-Instruct-4bit")
 
 
 def test_gguf_description_comes_from_the_header(qwen_path):
@@ -96,7 +96,8 @@ def test_list_models_finds_cache_dirs_and_bundled(hf_home, tmp_path, gemma_path)
     assert (hf.architecture, hf.quantization, hf.size_bytes) == ("llama", "Q4_1", 98_362_432)
     assert by_source[f"dir {models_dir}"].architecture == "gemma3"
     assert "bundled" in by_source
-    assert len(problems) == 1 and problems[0].startswith(f"{models_dir / 'broken.gguf'}: bad GGUF file at byte")
+    assert len(problems) == 1 and problems[0].startswith(f"{models_dir / 'broken.gguf'}: ")
+    assert "bad GGUF file at byte 8" in problems[0]
 
 
 def test_models_and_config_commands_use_the_cache(hf_home, tmp_path):
