@@ -362,3 +362,12 @@ def test_recorder_from_options_fills_in_the_conversation(tmp_path, smollm_path):
         (str(smollm_path), "SmolLM2 135M", "chatml", "Be kind.")
     assert info.sampling["temperature"] == options.sampling.temperature
     assert info.settings["ctx"] == 2048 and info.settings["preset"] == "smollm2"
+
+
+def test_a_file_that_is_not_a_database_is_one_line(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    path.write_bytes(b"this is not SQLite" * 100)
+    with pytest.raises(StoreError) as info:
+        ChatStore(path)
+    assert str(info.value) == f"history database {path}: file is not a database"
+    assert path.read_bytes() == b"this is not SQLite" * 100  # left as it was
