@@ -1,0 +1,206 @@
+"""Build a :class:`Tokenizer` from GGUF metadata, following llama.cpp's loader.
+
+What llama.cpp does on load, and so do we (``llama-vocab.cpp``, ``load``):
+
+* token types become attributes; empty tokens are renamed ``[EMPTY_<id>]``;
+  a text that appears twice maps to its last id;
+* merges rank by first occurrence; each is split at its first space after
+  position 0;
+* default special ids per model type (SentencePiece: BOS 1, EOS 2, UNK 0;
+  GPT-2 BPE: BOS = EOS = 11), overridden by ``tokenizer.ggml.*_token_id`` keys
+  that are in range;
+* end-of-turn / FIM tokens are found by their text when no key names them,
+  and such tokens are forced to "control";
+* control tokens whose text contains "unused" are also marked unused;
+* end-of-generation ids = FIM pad/repo/sep + known end-of-turn texts + EOS,
+  EOT, EOM, with the o200k "<|end|>" and Gemma 4 "</s>" exceptions;
+* model-specific strip flags (Phi-3 specials eat the spaces after them).
+
+Where llama.cpp iterates a hash map and keeps the first hit, we take the
+lowest id, which is deterministic; it only matters for vocabularies holding
+two alternative spellings of one FIM role.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tokenizer.core import (
+    ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_UNUSED,
+    ATTR_USER_DEFINED, TokenizerParts,
+)
+from tokenizer.errors import TokenizerError
+from tokenizer.gguf import GGUFFile
+
+# GGUF token type -> llama.cpp attribute (LLAMA_TOKEN_TYPE_* -> LLAMA_TOKEN_ATTR_*)
+_TYPE_ATTR = {1: ATTR_NORMAL, 2: ATTR_UNKNOWN, 3: ATTR_CONTROL, 4: ATTR_USER_DEFINED, 5: ATTR_UNUSED, 6: ATTR_BYTE}
+#: the big arrays kept out of ``Tokenizer.metadata``
+BIG_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+            "tokenizer.ggml.merges", "tokenizer.ggml.precompiled_charsmap")
+
+_EOT_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+              "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"}
+_FIM_TEXTS = {
+    "eom": {"<|eom_id|>"},
+    "fim_pre": {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                "<|code_prefix|>", "<|prefix|>"},
+    "fim_suf": {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                "<|code_suffix|>", "<|suffix|>"},
+    "fim_mid": {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                "<|code_middle|>", "<|middle|>"},
+    "fim_pad": {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"},
+    "fim_rep": {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"},
+    "fim_sep": {"<|file_sep|>"},
+}
+_EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+              "<｜end▁of▁sentence｜>", "[e~["}
+#: special id role -> GGUF keys that set it (later keys win, like llama.cpp's list order)
+_ID_KEYS = {
+    "bos": ("tokenizer.ggml.bos_token_id",), "eos": ("tokenizer.ggml.eos_token_id",),
+    "eot": ("tokenizer.ggml.eot_token_id",), "eom": ("tokenizer.ggml.eom_token_id",),
+    "unk": ("tokenizer.ggml.unknown_token_id",), "sep": ("tokenizer.ggml.seperator_token_id",),
+    "pad": ("tokenizer.ggml.padding_token_id",), "mask": ("tokenizer.ggml.mask_token_id",),
+    "fim_pre": ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
+    "fim_suf": ("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
+    "fim_mid": ("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
+    "fim_pad": ("tokenizer.ggml.fim_pad_token_id",), "fim_rep": ("tokenizer.ggml.fim_rep_token_id",),
+    "fim_sep": ("tokenizer.ggml.fim_sep_token_id",),
+}
+
+
+def _array(kv: dict[str, Any], types: dict[str, str], key: str, want: tuple[str, ...], n: int | None) -> list | None:
+    if key not in kv:
+        return None
+    if types.get(key) not in want:
+        raise TokenizerError(f"{key} has type {types.get(key)}, expected {' or '.join(want)}")
+    value = kv[key]
+    if n is not None and len(value) < n:
+        raise TokenizerError(f"{key} has {len(value)} entries for {n} tokens")
+    return value
+
+
+def read_vocab(g: GGUFFile) -> dict[str, Any]:
+    """Tokens, attributes, scores, special ids and flags, as llama.cpp's loader leaves them."""
+    kv, types = g.kv, g.types
+    model = kv.get("tokenizer.ggml.model")
+    if not isinstance(model, str):
+        raise TokenizerError(f"{g.path.name}: no tokenizer.ggml.model key; this GGUF has no tokenizer")
+    if model not in ("gpt2", "llama", "gemma4"):
+        raise TokenizerError(f"{g.path.name}: tokenizer model {model!r} is not supported (gpt2, llama, gemma4 are)")
+    tokens = _array(kv, types, "tokenizer.ggml.tokens", ("array[string]",), None)
+    if not tokens:
+        raise TokenizerError(f"{g.path.name}: tokenizer.ggml.tokens is missing or empty")
+    n = len(tokens)
+    if "" in tokens:
+        tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    scores = _array(kv, types, "tokenizer.ggml.scores", ("array[float32]", "array[int32]"), n)
+    toktypes = _array(kv, types, "tokenizer.ggml.token_type", ("array[int32]",), n)
+    attrs = [_TYPE_ATTR.get(t, 0) for t in toktypes[:n]] if toktypes is not None else [ATTR_NORMAL] * n
+    ids = dict(zip(tokens, range(n)))
+    pre = kv.get("tokenizer.ggml.pre") if model != "gemma4" else "gemma4"
+    spm = model == "llama"
+    special: dict[str, int | None] = dict.fromkeys(_ID_KEYS)
+    special.update({"bos": 1, "eos": 2, "unk": 0} if spm else {"bos": 11, "eos": 11} if model == "gpt2" else {})
+    for role, keys in _ID_KEYS.items():
+        if special[role] is not None and special[role] >= n:
+            special[role] = None
+        for key in keys:
+            value = kv.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n:
+                special[role] = value
+    add_bos = spm or pre in ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                             "lfm2", "jina-v5-nano", "tekken", "chameleon")
+    if isinstance(kv.get("tokenizer.ggml.add_bos_token"), bool):
+        add_bos = kv["tokenizer.ggml.add_bos_token"]
+    if model == "gemma4":
+        add_bos = True
+    if pre in ("chatglm-bpe", "glm4", "glm5"):
+        special["bos"] = None
+
+    # roles found by text, forcing "control"
+    by_role_text = {"eot": _EOT_TEXTS, **_FIM_TEXTS}
+    for role, texts in by_role_text.items():
+        if special[role] is None:
+            hits = sorted(ids[t] for t in texts if t in ids)
+            if hits:
+                special[role] = hits[0]
+                attrs[hits[0]] |= ATTR_CONTROL
+    for i, a in enumerate(attrs):
+        if a & ATTR_CONTROL and not a & ATTR_UNUSED and "unused" in tokens[i]:
+            attrs[i] = a | ATTR_UNUSED
+    eog = {special[r] for r in ("fim_pad", "fim_rep", "fim_sep") if special[r] is not None}
+    for text in _EOG_TEXTS:
+        tid = ids.get(text)
+        if tid is not None:
+            eog.add(tid)
+            attrs[tid] |= ATTR_CONTROL
+    for text in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):
+        if text in ids:
+            attrs[ids[text]] = ATTR_USER_DEFINED
+    eog.update(special[r] for r in ("eos", "eot", "eom") if special[r] is not None)
+    eog_texts = {tokens[t]: t for t in eog}
+    if "<|end|>" in eog_texts and (
+        ("<|return|>" in eog_texts and "<|call|>" in eog_texts)
+        or ({"<|call|>", "<|calls|>"} & eog_texts.keys() and "<|flush|>" in eog_texts)
+    ):
+        eog.discard(eog_texts["<|end|>"])
+        attrs[eog_texts["<|end|>"]] = ATTR_USER_DEFINED
+    if "</s>" in eog_texts and ({"<|tool_response>", "<|plamo:eos|>"} & eog_texts.keys()):
+        eog.discard(eog_texts["</s>"])
+        attrs[eog_texts["</s>"]] = ATTR_NORMAL
+    _model_strip_flags(kv, pre, tokens, ids, attrs)
+    return {
+        "model": model, "pre": pre, "tokens": tokens, "ids": ids, "attrs": attrs,
+        "scores": scores, "special": special, "eog": frozenset(eog), "add_bos": add_bos,
+        "add_space_prefix": kv.get("tokenizer.ggml.add_space_prefix", spm) is True,
+    }
+
+
+def _model_strip_flags(kv: dict[str, Any], pre: Any, tokens: list[str], ids: dict[str, int], attrs: list[int]) -> None:
+    """llama.cpp's per-model attribute patches (its "TODO: extract from GGUF")."""
+    name = str(kv.get("general.name", "")).lower()
+    arch = str(kv.get("general.architecture", ""))
+    pre = str(pre or "")
+    if any(s in pre for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+        s in arch for s in ("nomic-bert-moe", "jina-bert-v3")
+    ):
+        if "<mask>" in ids:
+            attrs[ids["<mask>"]] |= ATTR_LSTRIP
+    elif "phi-3" in name or "phi3" in name:
+        for i, a in enumerate(attrs):
+            if a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN):
+                attrs[i] = a | ATTR_RSTRIP
+        for text, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+            if text not in ids:
+                raise TokenizerError(f"Phi-3 vocabulary lacks {text!r}")
+            tid = ids[text]
+            attrs[tid] = attrs[tid] | ATTR_RSTRIP if on else attrs[tid] & ~ATTR_RSTRIP
+    elif "modern-bert" in name and "[MASK]" in ids:
+        attrs[ids["[MASK]"]] |= ATTR_LSTRIP
+
+
+def parse_merges(merges: list[str]) -> dict[tuple[str, str], int]:
+    """(left, right) -> rank, first occurrence winning, split at the first space after position 0."""
+    if any(m[:1] == " " for m in merges):
+        pairs = []
+        for m in merges:
+            cut = m.find(" ", 1)
+            pairs.append((m[:cut], m[cut + 1 :]) if cut > 0 else ("", ""))
+    else:
+        pairs = [tuple(m.split(" ", 1)) for m in merges]
+    # dict() keeps the last duplicate, so feed it back to front
+    n = len(pairs)
+    return dict(zip(reversed(pairs), range(n - 1, -1, -1)))
+
+
+def metadata_without_arrays(kv: dict[str, Any]) -> dict[str, Any]:
+    """GGUF key/values minus the big tokenizer arrays (what ``Tokenizer.metadata`` shows)."""
+    return {k: v for k, v in kv.items() if k not in BIG_KEYS}
+
+
+def special_id_names() -> tuple[str, ...]:
+    return tuple(_ID_KEYS)
+
+
+__all__ = ["read_vocab", "parse_merges", "metadata_without_arrays", "TokenizerParts", "special_id_names"]

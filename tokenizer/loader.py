@@ -1,0 +1,159 @@
+"""``load_tokenizer(path)``: a GGUF file, a tokenizer.json, or a folder holding one.
+
+For GGUF files this wires llama.cpp's pieces together: the vocabulary and
+special-token rules from :mod:`tokenizer.gguf_vocab`, the pre-tokenizer named
+by ``tokenizer.ggml.pre``, and the model (byte-level BPE, Gemma 4's
+``▁``-BPE, or SentencePiece-style BPE).  tokenizer.json files go to
+:mod:`tokenizer.hf_json`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tokenizer.bpe import BPEModel
+from tokenizer.bytelevel import from_byte_chars, to_byte_chars
+from tokenizer.core import (
+    ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED, Tokenizer, TokenizerParts,
+)
+from tokenizer.errors import TokenizerError
+from tokenizer.gguf import read_gguf
+from tokenizer.gguf_vocab import metadata_without_arrays, parse_merges, read_vocab
+from tokenizer.pretokenize import make_pretokenizer, resolve_pre
+from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
+from tokenizer.spm import SPMModel
+
+_SPACE = "\u2581"  # ▁, SentencePiece's visible space
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+    """Load the tokenizer stored in ``path`` (.gguf, tokenizer.json, or a directory with one)."""
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "tokenizer.json").is_file():
+            raise TokenizerError(f"{p} is a directory without a tokenizer.json")
+        from tokenizer.hf_json import load_tokenizer_json
+
+        return load_tokenizer_json(p / "tokenizer.json")
+    if not p.exists():
+        raise TokenizerError(f"no such file: {p}")
+    with open(p, "rb") as fh:
+        head = fh.read(4)
+    if head == b"GGUF":
+        return load_gguf_tokenizer(p)
+    if p.suffix == ".json" or head[:1] in (b"{", b" ", b"\n", b"\t", b"\r"):
+        from tokenizer.hf_json import load_tokenizer_json
+
+        return load_tokenizer_json(p)
+    raise TokenizerError(f"{p} is neither a GGUF file nor a tokenizer.json")
+
+
+def _special_splitter(tokens: list[str], attrs: list[int]) -> LlamaSpecialSplitter:
+    specials = [
+        SpecialToken(
+            text=tokens[i], id=i, control=bool(a & (ATTR_CONTROL | ATTR_UNKNOWN)),
+            lstrip=bool(a & ATTR_LSTRIP), rstrip=bool(a & ATTR_RSTRIP),
+        )
+        for i, a in enumerate(attrs)
+        if a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)
+    ]
+    return LlamaSpecialSplitter(specials)
+
+
+def load_gguf_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+    """A tokenizer that matches llama.cpp's for the GGUF file at ``path``."""
+    g = read_gguf(path)
+    v = read_vocab(g)
+    tokens, ids, attrs = v["tokens"], v["ids"], v["attrs"]
+    model = v["model"]
+    if model == "llama":
+        kind, pre, encode_fragment, render = "spm", None, *_spm_parts(v)
+    elif model == "gpt2":
+        pre = v["pre"] or None
+        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g.kv.get("tokenizer.ggml.merges"))
+    else:  # gemma4: BPE over raw UTF-8 with ▁ for spaces
+        kind, pre, encode_fragment, render = "bpe", "gemma4", *_gemma4_parts(v, g.kv.get("tokenizer.ggml.merges"))
+    special = v["special"]
+    template = g.kv.get("tokenizer.chat_template")
+    return Tokenizer(
+        TokenizerParts(
+            kind=kind, pre=pre, tokens=tokens, attrs=attrs, render=render,
+            encode_fragment=encode_fragment, splitter=_special_splitter(tokens, attrs),
+            bos_id=special["bos"], eos_id=special["eos"], add_bos=v["add_bos"], eog_ids=v["eog"],
+            chat_template=template if isinstance(template, str) else None,
+            metadata=metadata_without_arrays(g.kv), token_to_id=ids, source=str(path),
+        )
+    )
+
+
+def _merges(v: dict, merges: object) -> dict[tuple[str, str], int]:
+    if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges[:1]):
+        raise TokenizerError("BPE vocabulary has no tokenizer.ggml.merges string array")
+    return parse_merges(merges)
+
+
+def _bpe_parts(v: dict, merges: object):
+    pre_type, ignore_merges = resolve_pre(v["pre"])
+    pretok = make_pretokenizer(pre_type)
+    ids = v["ids"]
+
+    def unknown(part: str) -> list[int]:
+        # llama.cpp looks up each UTF-8 byte of the symbol as a one-byte token
+        found = (ids.get(chr(b)) for b in part.encode("utf-8") if b < 0x80)
+        return [t for t in found if t is not None]
+
+    bpe = BPEModel(ids, _merges(v, merges), to_byte_chars, unknown, ignore_merges=ignore_merges)
+    split, encode_pieces = pretok.split, bpe.encode_pieces
+
+    def encode_fragment(text: str) -> list[int]:
+        return encode_pieces(split(text))
+
+    def render(text: str) -> bytes:
+        data = from_byte_chars(text)
+        return data if data is not None else text.encode("utf-8")
+
+    return encode_fragment, render
+
+
+def _hex_byte_ids(ids: dict[str, int]):
+    def unknown(part: str) -> list[int]:
+        found = (ids.get(f"<0x{b:02X}>") for b in part.encode("utf-8", "surrogatepass"))
+        return [t for t in found if t is not None]
+
+    return unknown
+
+
+def _gemma4_parts(v: dict, merges: object):
+    ids = v["ids"]
+    pretok = make_pretokenizer("gemma4")
+
+    def newline_run(piece: str) -> list[int] | None:
+        if piece and piece.strip("\n") == "":
+            tid = ids.get(piece)
+            return [tid] if tid is not None else None
+        return None
+
+    bpe = BPEModel(ids, _merges(v, merges), lambda s: s, _hex_byte_ids(ids), special_piece=newline_run)
+    split, encode_pieces = pretok.split, bpe.encode_pieces
+
+    def encode_fragment(text: str) -> list[int]:
+        return encode_pieces(split(text.replace(" ", _SPACE)))
+
+    return encode_fragment, _unescape
+
+
+def _unescape(text: str) -> bytes:
+    return text.replace(_SPACE, " ").encode("utf-8")
+
+
+def _spm_parts(v: dict):
+    scores = v["scores"]
+    if scores is None:
+        scores = [0.0] * len(v["tokens"])
+    spm = SPMModel(v["ids"], scores)
+    prefix = " " if v["add_space_prefix"] else ""
+
+    def encode_fragment(text: str) -> list[int]:
+        return spm.encode_fragment((prefix + text).replace(" ", _SPACE))
+
+    return encode_fragment, _unescape
