@@ -371,3 +371,42 @@ def test_a_file_that_is_not_a_database_is_one_line(tmp_path):
         ChatStore(path)
     assert str(info.value) == f"history database {path}: file is not a database"
     assert path.read_bytes() == b"this is not SQLite" * 100  # left as it was
+
+
+def test_a_headless_run_is_recorded(tmp_path, smollm_path):
+    """The whole path: run_headless with a real tokenizer and template, a scripted backend, our recorder."""
+    import io
+
+    from app.headless import run_headless
+    from app.options import ChatOptions
+    from backends.scripted import ScriptedBackend
+    from tokenizer import load_tokenizer
+
+    tok = load_tokenizer(smollm_path)
+    backend = ScriptedBackend(tok.encode("Hello there!") + [tok.eos_id])
+    options = ChatOptions(model=str(smollm_path), prompt="Say hi", system="Be brief.", template="chatml")
+    recorder = HistoryRecorder.from_options(options, store_path=tmp_path / "h.sqlite3", template="chatml")
+    assert run_headless(options, backend=backend, recorder=recorder, out=io.StringIO(), err=io.StringIO()) == 0
+    conv = ChatStore(tmp_path / "h.sqlite3").load(recorder.conversation_id)
+    assert (conv.info.title, conv.info.system_prompt, conv.info.model_path) == ("Say hi", "Be brief.", str(smollm_path))
+    user, reply = conv.messages
+    assert (user.role, user.content) == ("user", "Say hi")
+    assert (reply.content, reply.finish_reason) == ("Hello there!", "stop")
+    assert reply.completion_tokens == len(tok.encode("Hello there!")) + 1 and reply.prompt_tokens > 0
+
+
+def test_a_headless_run_with_no_history_writes_nothing(tmp_path, smollm_path, monkeypatch):
+    import io
+
+    from app.headless import run_headless
+    from app.options import ChatOptions
+    from backends.scripted import ScriptedBackend
+    from tokenizer import load_tokenizer
+
+    monkeypatch.setenv("TOKCHAT_DATA_DIR", str(tmp_path / "data"))
+    tok = load_tokenizer(smollm_path)
+    options = ChatOptions(model=str(smollm_path), prompt="Say hi", template="chatml", history=False)
+    recorder = HistoryRecorder.from_options(options)
+    backend = ScriptedBackend(tok.encode("Hi") + [tok.eos_id])
+    assert run_headless(options, backend=backend, recorder=recorder, out=io.StringIO(), err=io.StringIO()) == 0
+    assert not (tmp_path / "data").exists()
