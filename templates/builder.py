@@ -55,14 +55,39 @@ class PromptBuilder:
         """Render ``messages`` with a generation prompt and encode what is not cached yet."""
         rendered = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking)
         for base in self._bases:
-            if not base.ids or not rendered.text.startswith(base.text):
-                continue
-            try:
-                new = encode_part(self.tokenizer, rendered, len(base.text))
-            except ValueError:
-                continue  # a message span straddles the old end: encode in full
-            return BuiltPrompt(rendered, list(base.ids) + new, len(base.ids))
+            if base.ids and rendered.text.startswith(base.text):
+                new = self._continuation(base, rendered)
+                if new is not None:
+                    return BuiltPrompt(rendered, list(base.ids) + new, len(base.ids))
         return BuiltPrompt(rendered, prompt_ids(self.tokenizer, rendered), 0)
+
+    def _continuation(self, base: _Base, rendered: RenderedPrompt) -> list[int] | None:
+        """Ids for the text after ``base``, or None if they could differ from a full encode.
+
+        Encoding the new part alone is exact only at a control-token
+        boundary: llama.cpp and HF split text at control tokens first, but a
+        token's rstrip (Phi-3's markers eat the newline after them) and the
+        SentencePiece space prefix depend on what precedes.  So when the
+        base ends in a control token, the new part is encoded together with
+        that token's text and the repeated id dropped; otherwise the new
+        part must start with a control token (or be empty).
+        """
+        tok = self.tokenizer
+        last = base.ids[-1]
+        start = len(base.text)
+        if tok.is_special(last):
+            marker = tok.decode([last])
+            if marker and base.text.endswith(marker):
+                try:
+                    ids = encode_part(tok, rendered, start - len(marker))
+                except ValueError:
+                    return None  # a message span straddles the boundary
+                return ids[1:] if ids and ids[0] == last else None
+        try:
+            ids = encode_part(tok, rendered, start)
+        except ValueError:
+            return None
+        return ids if not ids or tok.is_special(ids[0]) else None
 
     def remember(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> None:
         """Record what the backend holds after a turn: the prompt plus the reply as generated."""
