@@ -48,8 +48,15 @@ def run(args: argparse.Namespace) -> int:
     options = chat_options(args)
     if options.prompt is not None:
         from app.headless import run_headless
+        from app.recorder import HistoryRecorder
 
-        return run_headless(options)
+        recorder = HistoryRecorder.from_options(
+            options, notify=lambda notice: print(f"tokchat: {notice}", file=sys.stderr)
+        )
+        try:
+            return run_headless(options, recorder=recorder)
+        finally:
+            recorder.close()
     from app.tui import run_tui
 
     return run_tui(options)
