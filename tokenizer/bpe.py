@@ -29,7 +29,8 @@ _NO_RANK = 1 << 62
 class BPEModel:
     """Merges pieces with a rank table and maps the resulting symbols to ids.
 
-    ``ranks`` maps (left, right) -> rank; ``vocab`` maps symbol text -> id.
+    ``ranks`` maps "left right" -> rank (symbols never hold a space); ``vocab``
+    maps symbol text -> id.
     ``prepare`` turns a raw piece into the symbol string BPE works on (the
     GPT-2 byte map, or identity).  ``unknown`` handles a final symbol that is
     not in the vocabulary (llama.cpp and HF differ, so the loader decides).
@@ -39,7 +40,7 @@ class BPEModel:
     def __init__(
         self,
         vocab: dict[str, int],
-        ranks: dict[tuple[str, str], int],
+        ranks: dict[str, int],
         prepare: Callable[[str], str],
         unknown: Callable[[str], list[int]],
         ignore_merges: bool = False,
@@ -95,13 +96,13 @@ class BPEModel:
         return out
 
 
-def _merge_short(symbols: str, ranks: dict[tuple[str, str], int]) -> list[str]:
+def _merge_short(symbols: str, ranks: dict[str, int]) -> list[str]:
     parts = list(symbols)
     if len(parts) < 2:
         return parts
     get = ranks.get
     # pair_ranks[i] is the rank of (parts[i], parts[i + 1])
-    pair_ranks = [get(pair, _NO_RANK) for pair in zip(parts, parts[1:])]
+    pair_ranks = [get(a + " " + b, _NO_RANK) for a, b in zip(parts, parts[1:])]
     while True:
         best = min(pair_ranks)
         if best == _NO_RANK:
@@ -111,14 +112,14 @@ def _merge_short(symbols: str, ranks: dict[tuple[str, str], int]) -> list[str]:
         parts[i : i + 2] = [merged]
         del pair_ranks[i]
         if i:
-            pair_ranks[i - 1] = get((parts[i - 1], merged), _NO_RANK)
+            pair_ranks[i - 1] = get(parts[i - 1] + " " + merged, _NO_RANK)
         if i < len(pair_ranks):
-            pair_ranks[i] = get((merged, parts[i + 1]), _NO_RANK)
+            pair_ranks[i] = get(merged + " " + parts[i + 1], _NO_RANK)
         if not pair_ranks:
             return parts
 
 
-def _merge_long(symbols: str, ranks: dict[tuple[str, str], int]) -> list[str]:
+def _merge_long(symbols: str, ranks: dict[str, int]) -> list[str]:
     """Same rule as ``_merge_short`` on a linked list with a lazy-deletion heap."""
     text = list(symbols)
     n = len(text)
@@ -129,7 +130,7 @@ def _merge_long(symbols: str, ranks: dict[tuple[str, str], int]) -> list[str]:
     # heap entries: (rank, left index, left text, right text); stale when texts changed
     heap = []
     for i in range(n - 1):
-        r = get((text[i], text[i + 1]))
+        r = get(text[i] + " " + text[i + 1])
         if r is not None:
             heap.append((r, i, text[i], text[i + 1]))
     heapq.heapify(heap)
@@ -148,11 +149,11 @@ def _merge_long(symbols: str, ranks: dict[tuple[str, str], int]) -> list[str]:
             prv[k] = i
         p = prv[i]
         if p >= 0:
-            r2 = get((text[p], merged))
+            r2 = get(text[p] + " " + merged)
             if r2 is not None:
                 push(heap, (r2, p, text[p], merged))
         if k >= 0:
-            r2 = get((merged, text[k]))
+            r2 = get(merged + " " + text[k])
             if r2 is not None:
                 push(heap, (r2, i, merged, text[k]))
     out = []

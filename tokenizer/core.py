@@ -14,6 +14,7 @@ that ``encode`` produced.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, Callable, Sequence
 
 from tokenizer.errors import TokenizerError
@@ -85,10 +86,9 @@ class Tokenizer:
         self.vocab_size = len(parts.tokens)
         self.bos_token = self._text_or_none(self.bos_id)
         self.eos_token = self._text_or_none(self.eos_id)
+        mask = ATTR_CONTROL | ATTR_USER_DEFINED
         self.special_tokens: dict[str, int] = {
-            parts.tokens[i]: i
-            for i, a in enumerate(parts.attrs)
-            if a & (ATTR_CONTROL | ATTR_USER_DEFINED)
+            parts.tokens[i]: i for i in compress(range(len(parts.attrs)), map(mask.__and__, parts.attrs))
         }
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ two alternative spellings of one FIM role.
 """
 from __future__ import annotations
 
+from itertools import compress, repeat
 from typing import Any
 
 from tokenizer.core import (
@@ -96,7 +97,7 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _array(kv, types, "tokenizer.ggml.scores", ("array[float32]", "array[int32]"), n)
     toktypes = _array(kv, types, "tokenizer.ggml.token_type", ("array[int32]",), n)
-    attrs = [_TYPE_ATTR.get(t, 0) for t in toktypes[:n]] if toktypes is not None else [ATTR_NORMAL] * n
+    attrs = list(map(_TYPE_ATTR.get, toktypes[:n], repeat(0))) if toktypes is not None else [ATTR_NORMAL] * n
     ids = dict(zip(tokens, range(n)))
     pre = kv.get("tokenizer.ggml.pre") if model != "gemma4" else "gemma4"
     spm = model == "llama"
@@ -126,15 +127,13 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
             if hits:
                 special[role] = hits[0]
                 attrs[hits[0]] |= ATTR_CONTROL
-    for i, a in enumerate(attrs):
-        if a & ATTR_CONTROL and not a & ATTR_UNUSED and "unused" in tokens[i]:
-            attrs[i] = a | ATTR_UNUSED
+    for i in ids_with(attrs, ATTR_CONTROL):
+        if not attrs[i] & ATTR_UNUSED and "unused" in tokens[i]:
+            attrs[i] |= ATTR_UNUSED
     eog = {special[r] for r in ("fim_pad", "fim_rep", "fim_sep") if special[r] is not None}
-    for text in _EOG_TEXTS:
-        tid = ids.get(text)
-        if tid is not None:
-            eog.add(tid)
-            attrs[tid] |= ATTR_CONTROL
+    for tid in eog_by_text(ids):
+        eog.add(tid)
+        attrs[tid] |= ATTR_CONTROL
     for text in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):
         if text in ids:
             attrs[ids[text]] = ATTR_USER_DEFINED
@@ -168,9 +167,8 @@ def _model_strip_flags(kv: dict[str, Any], pre: Any, tokens: list[str], ids: dic
         if "<mask>" in ids:
             attrs[ids["<mask>"]] |= ATTR_LSTRIP
     elif "phi-3" in name or "phi3" in name:
-        for i, a in enumerate(attrs):
-            if a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN):
-                attrs[i] = a | ATTR_RSTRIP
+        for i in ids_with(attrs, ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN):
+            attrs[i] |= ATTR_RSTRIP
         for text, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
             if text not in ids:
                 raise TokenizerError(f"Phi-3 vocabulary lacks {text!r}")
@@ -180,18 +178,27 @@ def _model_strip_flags(kv: dict[str, Any], pre: Any, tokens: list[str], ids: dic
         attrs[ids["[MASK]"]] |= ATTR_LSTRIP
 
 
-def parse_merges(merges: list[str]) -> dict[tuple[str, str], int]:
-    """(left, right) -> rank, first occurrence winning, split at the first space after position 0."""
-    if any(m[:1] == " " for m in merges):
-        pairs = []
-        for m in merges:
-            cut = m.find(" ", 1)
-            pairs.append((m[:cut], m[cut + 1 :]) if cut > 0 else ("", ""))
-    else:
-        pairs = [tuple(m.split(" ", 1)) for m in merges]
+def eog_by_text(ids: dict[str, int]) -> set[int]:
+    """Ids of the tokens llama.cpp treats as end-of-generation by their text alone."""
+    return {ids[t] for t in _EOG_TEXTS if t in ids}
+
+
+def ids_with(attrs: list[int], mask: int) -> list[int]:
+    """Ids whose attributes share a bit with ``mask`` (C-speed scan)."""
+    return list(compress(range(len(attrs)), map(mask.__and__, attrs)))
+
+
+def parse_merges(merges: list[str]) -> dict[str, int]:
+    """"left right" -> rank, the first occurrence winning.
+
+    The merge strings are the keys as they are: BPE symbols never contain a
+    space (it is ``Ġ`` or ``▁`` by then), so looking up ``left + " " + right``
+    finds exactly the merge llama.cpp splits at its first space after
+    position 0, and merges it could never apply stay unreachable here too.
+    """
+    n = len(merges)
     # dict() keeps the last duplicate, so feed it back to front
-    n = len(pairs)
-    return dict(zip(reversed(pairs), range(n - 1, -1, -1)))
+    return dict(zip(reversed(merges), range(n - 1, -1, -1)))
 
 
 def metadata_without_arrays(kv: dict[str, Any]) -> dict[str, Any]:
@@ -203,4 +210,4 @@ def special_id_names() -> tuple[str, ...]:
     return tuple(_ID_KEYS)
 
 
-__all__ = ["read_vocab", "parse_merges", "metadata_without_arrays", "TokenizerParts", "special_id_names"]
+__all__ = ["read_vocab", "parse_merges", "ids_with", "metadata_without_arrays", "TokenizerParts", "special_id_names"]

@@ -18,7 +18,7 @@ from tokenizer.core import (
 )
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf import read_gguf
-from tokenizer.gguf_vocab import metadata_without_arrays, parse_merges, read_vocab
+from tokenizer.gguf_vocab import ids_with, metadata_without_arrays, parse_merges, read_vocab
 from tokenizer.pretokenize import make_pretokenizer, resolve_pre
 from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
 from tokenizer.spm import SPMModel
@@ -51,11 +51,10 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
 def _special_splitter(tokens: list[str], attrs: list[int]) -> LlamaSpecialSplitter:
     specials = [
         SpecialToken(
-            text=tokens[i], id=i, control=bool(a & (ATTR_CONTROL | ATTR_UNKNOWN)),
-            lstrip=bool(a & ATTR_LSTRIP), rstrip=bool(a & ATTR_RSTRIP),
+            text=tokens[i], id=i, control=bool(attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)),
+            lstrip=bool(attrs[i] & ATTR_LSTRIP), rstrip=bool(attrs[i] & ATTR_RSTRIP),
         )
-        for i, a in enumerate(attrs)
-        if a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)
+        for i in ids_with(attrs, ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)
     ]
     return LlamaSpecialSplitter(specials)
 
@@ -86,7 +85,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     )
 
 
-def _merges(v: dict, merges: object) -> dict[tuple[str, str], int]:
+def _merges(v: dict, merges: object) -> dict[str, int]:
     if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges[:1]):
         raise TokenizerError("BPE vocabulary has no tokenizer.ggml.merges string array")
     return parse_merges(merges)

@@ -1,0 +1,238 @@
+"""Load a Hugging Face ``tokenizer.json`` (+ ``tokenizer_config.json``) as a :class:`Tokenizer`.
+
+Supported: a ``BPE`` model (merges as ``"a b"`` strings or ``["a", "b"]``
+pairs, ``ignore_merges``, ``byte_fallback``), ``added_tokens``, the NFC /
+NFD / NFKC / NFKD / Lowercase normalizers (alone or in a ``Sequence``), and
+``Split`` / ``ByteLevel`` pre-tokenizers (alone or in a ``Sequence``).  This
+covers byte-level BPE checkpoints such as Qwen2.5 and Llama 3; anything else
+is refused with a message naming the unsupported piece rather than giving
+silently different ids.
+
+Rules that differ from llama.cpp and follow HF here: added tokens are
+matched leftmost-longest, duplicate merges keep the last rank, and the
+model's ``ignore_merges`` flag is used as written in the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from pathlib import Path
+from typing import Any, Callable
+
+import regex
+
+from tokenizer.bpe import BPEModel
+from tokenizer.bytelevel import from_byte_chars, to_byte_chars
+from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
+from tokenizer.errors import TokenizerError
+from tokenizer.gguf_vocab import eog_by_text
+from tokenizer.specials import HFSpecialSplitter, SpecialToken
+
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+Step = Callable[[list[str]], list[str]]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokenizerError(f"cannot read {path}: {exc}") from None
+
+
+def _normalizer(spec: Any) -> Callable[[str], str] | None:
+    if spec is None:
+        return None
+    kind = spec.get("type")
+    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
+        return lambda s, form=kind: unicodedata.normalize(form, s)
+    if kind == "Lowercase":
+        return str.lower
+    if kind == "Sequence":
+        funcs = [f for f in (_normalizer(n) for n in spec.get("normalizers", [])) if f is not None]
+
+        def run(s: str) -> str:
+            for f in funcs:
+                s = f(s)
+            return s
+
+        return run
+    raise TokenizerError(f"tokenizer.json normalizer {kind!r} is not supported")
+
+
+def _regex_splitter(pattern: regex.Pattern[str], behavior: str) -> Step:
+    if behavior not in ("Isolated", "Removed"):
+        raise TokenizerError(f"tokenizer.json Split behavior {behavior!r} is not supported")
+    keep = behavior == "Isolated"
+    if pattern.groups == 0:
+        splitter = regex.compile(f"({pattern.pattern})", pattern.flags)
+
+        def step(pieces: list[str]) -> list[str]:
+            out: list[str] = []
+            for piece in pieces:
+                parts = splitter.split(piece)
+                # parts alternate gap, match, gap, ...; drop empties (and matches when removing)
+                out.extend(p for i, p in enumerate(parts) if p and (keep or not i & 1))
+            return out
+
+        return step
+
+    def step_slow(pieces: list[str]) -> list[str]:
+        out: list[str] = []
+        for piece in pieces:
+            pos = 0
+            for m in pattern.finditer(piece):
+                if m.start() > pos:
+                    out.append(piece[pos : m.start()])
+                if keep and m.end() > m.start():
+                    out.append(m.group())
+                pos = m.end()
+            if pos < len(piece):
+                out.append(piece[pos:])
+        return out
+
+    return step_slow
+
+
+def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
+    """Pre-tokenizer steps, and whether a ByteLevel step (byte map) is present."""
+    if spec is None:
+        return [], False
+    kind = spec.get("type")
+    if kind == "Sequence":
+        steps, byte_level = [], False
+        for sub in spec.get("pretokenizers", []):
+            s, b = _pre_steps(sub)
+            steps += s
+            byte_level |= b
+        return steps, byte_level
+    if kind == "Split":
+        if spec.get("invert"):
+            raise TokenizerError("tokenizer.json Split with invert=true is not supported")
+        pat = spec.get("pattern", {})
+        if "Regex" in pat:
+            compiled = regex.compile(pat["Regex"])
+        elif "String" in pat:
+            compiled = regex.compile(regex.escape(pat["String"]))
+        else:
+            raise TokenizerError("tokenizer.json Split without a pattern")
+        return [_regex_splitter(compiled, spec.get("behavior", "Isolated"))], False
+    if kind == "ByteLevel":
+        steps: list[Step] = []
+        if spec.get("add_prefix_space"):
+            steps.append(lambda pieces: [p if p.startswith(" ") else " " + p for p in pieces])
+        if spec.get("use_regex", True):
+            steps.append(_regex_splitter(regex.compile(GPT2_REGEX), "Isolated"))
+        return steps, True
+    raise TokenizerError(f"tokenizer.json pre-tokenizer {kind!r} is not supported")
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
+    """A tokenizer matching HF ``tokenizers`` for ``tokenizer.json`` at ``path``."""
+    path = Path(path)
+    data = _read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise TokenizerError(f"{path} is not a tokenizer.json (no model section)")
+    model = data["model"]
+    if model.get("type", "BPE") != "BPE":
+        raise TokenizerError(f"{path}: model type {model.get('type')!r} is not supported (only BPE)")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise TokenizerError(f"{path}: BPE {key} is not supported")
+    vocab: dict[str, int] = dict(model.get("vocab") or {})
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    added = data.get("added_tokens") or []
+    size = max([*vocab.values(), *(a["id"] for a in added), -1]) + 1
+    tokens = [""] * size
+    for text, tid in vocab.items():
+        tokens[tid] = text
+    attrs = [ATTR_NORMAL] * size
+    specials = []
+    for a in added:
+        tid, text = a["id"], a["content"]
+        tokens[tid] = text
+        attrs[tid] = ATTR_CONTROL if a.get("special") else ATTR_USER_DEFINED
+        specials.append(SpecialToken(text, tid, control=bool(a.get("special")), lstrip=bool(a.get("lstrip")),
+                                     rstrip=bool(a.get("rstrip")), single_word=bool(a.get("single_word"))))
+    for i, t in enumerate(tokens):
+        if not t:
+            tokens[i] = f"[EMPTY_{i}]"
+    ids = {**vocab, **{a["content"]: a["id"] for a in added}}
+
+    normalize = _normalizer(data.get("normalizer"))
+    steps, byte_level = _pre_steps(data.get("pre_tokenizer"))
+    unk = model.get("unk_token")
+    unk_id = vocab.get(unk) if unk else None
+
+    def unknown(part: str) -> list[int]:
+        if model.get("byte_fallback"):
+            found = [vocab.get(f"<0x{b:02X}>") for b in part.encode("utf-8")]
+            if all(t is not None for t in found):
+                return found  # type: ignore[return-value]
+        # HF looks up each character; unknown ones become unk or vanish
+        out = [vocab.get(c, unk_id) for c in part]
+        return [t for t in out if t is not None]
+
+    bpe = BPEModel(vocab, {m: r for r, m in enumerate(merges)}, to_byte_chars if byte_level else (lambda s: s),
+                   unknown, ignore_merges=bool(model.get("ignore_merges")))
+
+    def encode_fragment(text: str) -> list[int]:
+        if normalize is not None:
+            text = normalize(text)
+        pieces = [text] if text else []
+        for step in steps:
+            pieces = step(pieces)
+        return bpe.encode_pieces(pieces)
+
+    def render(text: str) -> bytes:
+        data = from_byte_chars(text) if byte_level else None
+        return data if data is not None else text.encode("utf-8")
+
+    config = _read_json(path.parent / "tokenizer_config.json") if (path.parent / "tokenizer_config.json").is_file() else {}
+    bos_text, eos_text = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
+    bos_id = ids.get(bos_text) if bos_text else None
+    eos_id = ids.get(eos_text) if eos_text else None
+    add_bos = config.get("add_bos_token")
+    if not isinstance(add_bos, bool):
+        add_bos = _post_processor_adds(data.get("post_processor"), bos_text)
+    eog = eog_by_text({a["content"]: a["id"] for a in added})
+    if eos_id is not None:
+        eog.add(eos_id)
+    return Tokenizer(
+        TokenizerParts(
+            kind="bpe", pre=None, tokens=tokens, attrs=attrs, render=render, encode_fragment=encode_fragment,
+            splitter=HFSpecialSplitter(specials), bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
+            eog_ids=frozenset(eog), chat_template=_chat_template(config.get("chat_template")),
+            metadata={}, token_to_id=ids, source=str(path),
+        )
+    )
+
+
+def _chat_template(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        chosen = named.get("default") or next(iter(named.values()), None)
+        return chosen if isinstance(chosen, str) else None
+    return None
+
+
+def _post_processor_adds(spec: Any, bos_text: str | None) -> bool:
+    """Does the post-processor put the BOS token in front of a single sequence?"""
+    if not isinstance(spec, dict) or not bos_text:
+        return False
+    if spec.get("type") == "Sequence":
+        return any(_post_processor_adds(p, bos_text) for p in spec.get("processors", []))
+    if spec.get("type") == "TemplateProcessing":
+        single = spec.get("single") or []
+        first = single[0] if single else {}
+        return isinstance(first, dict) and first.get("SpecialToken", {}).get("id") == bos_text
+    return False
