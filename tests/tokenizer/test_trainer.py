@@ -110,6 +110,22 @@ def test_hugging_face_loads_it_and_gives_our_ids(trained, corpus):
     assert hf.get_vocab_size(with_added_tokens=True) == model.vocab_size
 
 
+def test_tokchat_loads_it_with_hugging_face_ids(trained, corpus):
+    """Our own tokenizer.json loader (the app's encode) agrees with HF on the trained file."""
+    from tokenizer import load_tokenizer
+
+    model, directory = trained
+    hf = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    ours = load_tokenizer(directory)
+    assert ours.kind == "bpe" and ours.vocab_size == model.vocab_size
+    assert ours.special_tokens == model.special_tokens
+    texts = corpus[1] + EXTRA_HELD_OUT
+    matched = sum(ours.encode(t, special=True) == hf.encode(t, add_special_tokens=False).ids for t in texts)
+    assert matched == len(texts), f"{matched}/{len(texts)} held-out texts match HF"
+    for text in texts:
+        assert ours.decode(ours.encode(text, special=True)) == text
+
+
 def test_round_trip_and_hf_decode(trained, corpus):
     model, directory = trained
     hf = Tokenizer.from_file(str(directory / "tokenizer.json"))
