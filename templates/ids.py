@@ -9,17 +9,66 @@ templates never get a second one prepended.
 """
 from __future__ import annotations
 
+import re
+import weakref
 from typing import Any, Sequence
 
 from templates.chat_template import RenderedPrompt
 from templates.sandbox import TemplateError
 
+#: tokenizer -> compiled alternation of its control-token texts (None: it has none)
+_CONTROL_PATTERNS: "weakref.WeakKeyDictionary[Any, re.Pattern[str] | None]" = weakref.WeakKeyDictionary()
+
 
 def prompt_ids(tokenizer: Any, rendered: RenderedPrompt) -> list[int]:
     """The ids to send for ``rendered``: injection-safe, with exactly one BOS where the model wants it."""
     check_unplaced(tokenizer, rendered)
-    ids = tokenizer.encode(rendered.text, special=True, literal_spans=list(rendered.literal_spans))
+    ids = tokenizer.encode(rendered.text, special=True, literal_spans=protected_spans(tokenizer, rendered))
     return with_bos(tokenizer, ids)
+
+
+def protected_spans(tokenizer: Any, rendered: RenderedPrompt) -> list[tuple[int, int]]:
+    """Where control-token text sits inside message spans: what must be encoded as plain text.
+
+    Only these occurrences are passed to the tokenizer as literal spans.
+    The rest of a message encodes the same either way, except that
+    llama.cpp still carves *user-defined* tokens out of plain text (Gemma's
+    runs of spaces and newlines), and protecting whole messages would stop
+    that.  A control token can only be carved where it overlaps none of
+    these occurrences, and every occurrence is covered (the scan is
+    leftmost, longest first), so no control id can come from message text.
+    """
+    pattern = control_pattern(tokenizer)
+    if pattern is None:
+        return []
+    text = rendered.text
+    spans: list[tuple[int, int]] = []
+    for a, b in rendered.literal_spans:
+        for match in pattern.finditer(text, a, b):
+            if spans and match.start() <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], match.end()))
+            else:
+                spans.append(match.span())
+    return spans
+
+
+def control_pattern(tokenizer: Any) -> "re.Pattern[str] | None":
+    """A regex matching any of the tokenizer's control-token texts (cached per tokenizer)."""
+    try:
+        if tokenizer in _CONTROL_PATTERNS:
+            return _CONTROL_PATTERNS[tokenizer]
+    except TypeError:  # cannot be weakly referenced: build it each time
+        return _build_control_pattern(tokenizer)
+    pattern = _CONTROL_PATTERNS[tokenizer] = _build_control_pattern(tokenizer)
+    return pattern
+
+
+def _build_control_pattern(tokenizer: Any) -> "re.Pattern[str] | None":
+    specials = getattr(tokenizer, "special_tokens", None) or {}
+    is_control = getattr(tokenizer, "is_special", None)
+    texts = sorted((t for t, i in specials.items() if t and (is_control is None or is_control(i))),
+                   key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, texts))) if texts else None
 
 
 def encode_part(tokenizer: Any, rendered: RenderedPrompt, start: int) -> list[int]:
@@ -30,7 +79,7 @@ def encode_part(tokenizer: Any, rendered: RenderedPrompt, start: int) -> list[in
     (this raises ValueError).
     """
     spans = []
-    for a, b in rendered.literal_spans:
+    for a, b in protected_spans(tokenizer, rendered):
         if b <= start:
             continue
         if a < start:
@@ -52,11 +101,11 @@ def check_unplaced(tokenizer: Any, rendered: RenderedPrompt) -> None:
     """Refuse a prompt whose unlocatable message text would be read as control tokens."""
     if not rendered.unplaced:
         return
-    specials = getattr(tokenizer, "special_tokens", None) or {}
+    pattern = control_pattern(tokenizer)
     for content in rendered.unplaced:
-        hit = next((s for s in specials if s and s in content), None)
+        hit = pattern.search(content) if pattern is not None else None
         if hit is not None:
             raise TemplateError(
-                f"this template rewrites message text, so {hit!r} in a message cannot be kept as "
+                f"this template rewrites message text, so {hit.group()!r} in a message cannot be kept as "
                 "plain text; use a built-in template (--template chatml, llama3 or gemma)"
             )

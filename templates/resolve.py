@@ -62,14 +62,15 @@ def resolve_template(name: str, tokenizer: Any, template_file: str | Path | None
         return _checked(_from_source("model", source, tokenizer), "the model's chat template"), None
     if source is None:
         family, why = detect_family(tokenizer, None)
-        return builtin(family, tokenizer), f"the model has no chat template; using the built-in {family} template ({why})"
+        chosen = builtin(family, tokenizer)
+        return chosen, f"the model has no chat template; using the built-in {chosen.name} template ({why})"
     try:
         return _checked(_from_source("model", source, tokenizer), "the model's chat template"), None
     except TemplateError as exc:
         family, why = detect_family(tokenizer, source)
+        chosen = builtin(family, tokenizer)
         reason = str(exc).removeprefix("the model's chat template cannot be used: ")
-        notice = f"the model's chat template cannot be used ({reason}); using the built-in {family} template ({why})"
-        return builtin(family, tokenizer), notice
+        return chosen, f"the model's chat template cannot be used ({reason}); using the built-in {chosen.name} template ({why})"
 
 
 def builtin(name: str, tokenizer: Any) -> ChatTemplate:
@@ -94,10 +95,8 @@ def detect_family(tokenizer: Any, source: str | None) -> tuple[str, str]:
 
 
 def _has_marker(tokenizer: Any, marker: str) -> bool:
-    if marker in (getattr(tokenizer, "special_tokens", None) or {}):
-        return True
-    to_id = getattr(tokenizer, "token_to_id", None)
-    return to_id is not None and to_id(marker) is not None
+    # special tokens only: byte-level vocabularies often hold "<think>" as ordinary merged text
+    return marker in (getattr(tokenizer, "special_tokens", None) or {})
 
 
 def _token_text(tokenizer: Any, attribute: str) -> str:

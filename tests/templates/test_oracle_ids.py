@@ -138,17 +138,37 @@ def _s(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-@pytest.mark.parametrize("fixture", ["qwen_tokenizer_dir", "llama32_tokenizer_dir"])
+HF_CASES = [
+    ("qwen_tokenizer_dir", None),  # Qwen2.5's own template, from tokenizer_config.json
+    ("qwen_tokenizer_dir", "Qwen-Qwen3-0.6B.jinja"),
+    ("llama32_tokenizer_dir", "meta-llama-Llama-3.2-3B-Instruct.jinja"),  # its config has no template
+    ("llama32_tokenizer_dir", "llama3"),
+]
+
+
+@pytest.mark.parametrize("fixture,template", HF_CASES)
 @pytest.mark.parametrize("conv", ["multi-turn-unicode", "empty-messages"])
-def test_tokenizer_json_templates_match_hf(fixture, conv, request, load_ours):
+def test_tokenizer_json_templates_match_hf(fixture, template, conv, request, load_ours, templates_dir):
+    from importlib import resources
+
+    from templates.resolve import BUILTINS
+
     directory = request.getfixturevalue(fixture)
     hf = HFVocab(directory)
     ours = load_ours(directory)
-    chat_template, notice = resolve_template("auto", ours)
-    assert notice is None and chat_template.name == "model"
+    if template is None:
+        chat_template, notice = resolve_template("auto", ours)
+        assert notice is None and chat_template.name == "model"
+        source = hf.config["chat_template"]
+    elif template.endswith(".jinja"):
+        chat_template, _ = resolve_template("auto", ours, templates_dir / template)
+        source = (templates_dir / template).read_text(encoding="utf-8")
+    else:
+        chat_template, _ = resolve_template(template, ours)
+        source = resources.files("templates").joinpath(BUILTINS[template][0]).read_text(encoding="utf-8")
     messages = CONVERSATIONS[conv]
     rendered = chat_template.render(messages)
-    text = oracle_render(hf.config["chat_template"], messages, bos_token=hf.token_text("bos_token"),
+    text = oracle_render(source, messages, bos_token=hf.token_text("bos_token"),
                          eos_token=hf.token_text("eos_token"))
     assert rendered.text == text
     assert prompt_ids(ours, rendered) == hf.tokenize(text)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from types import SimpleNamespace
-
 import pytest
 
 from templates import TemplateError, builtin, resolve_template
@@ -17,15 +15,18 @@ MALICIOUS = {
 }
 
 
-@pytest.mark.parametrize("asset,expected", [
-    ("smollm_path", "model"),
-    ("qwen_path", "model"),
-    ("qwen_tokenizer_dir", "model"),
-    ("llama32_tokenizer_dir", "model"),
-])
-def test_auto_uses_the_models_own_template(asset, expected, request, load_ours):
+@pytest.mark.parametrize("asset", ["smollm_path", "qwen_path", "qwen_tokenizer_dir"])
+def test_auto_uses_the_models_own_template(asset, request, load_ours):
     template, notice = resolve_template("auto", load_ours(request.getfixturevalue(asset)))
-    assert (template.name, notice) == (expected, None)
+    assert (template.name, notice) == ("model", None)
+
+
+def test_auto_detects_llama3_for_a_tokenizer_without_template(llama32_tokenizer_dir, load_ours):
+    tokenizer = load_ours(llama32_tokenizer_dir)  # this tokenizer_config.json has no chat_template
+    template, notice = resolve_template("auto", tokenizer)
+    assert template.name == "llama3"
+    assert notice == ("the model has no chat template; using the built-in llama3 template "
+                      "(the vocabulary has <|start_header_id|>)")
 
 
 def test_auto_detects_gemma_when_the_gguf_has_no_template(gemma_path, load_ours):
@@ -54,9 +55,9 @@ def test_malicious_template_falls_back_with_a_notice(source, qwen_tokenizer_dir,
 
     tokenizer = load_tokenizer(_with_template(qwen_tokenizer_dir, tmp_path, source))
     template, notice = resolve_template("auto", tokenizer)
-    assert template.name == "chatml"
+    assert template.name == "chatml-think"  # this Qwen vocabulary has <think> as an added token
     assert notice.startswith("the model's chat template cannot be used (")
-    assert notice.endswith("using the built-in chatml template (the vocabulary has <|im_start|>)")
+    assert notice.endswith("using the built-in chatml-think template (the vocabulary has <|im_start|>)")
     assert "\n" not in notice
     with pytest.raises(TemplateError, match="cannot be used"):
         resolve_template("model", tokenizer)
@@ -95,10 +96,10 @@ def test_model_choice_without_a_template_is_an_error(gemma_path, load_ours):
         resolve_template("model", load_ours(gemma_path))
 
 
-def test_chatml_turns_into_the_thinking_variant_for_vocabularies_with_think():
-    qwen3_like = SimpleNamespace(special_tokens={"<|im_start|>": 1, "<think>": 2}, bos_token=None, eos_token="x",
-                                 token_to_id=lambda text: None)
-    template = builtin("chatml", qwen3_like)
+def test_chatml_turns_into_the_thinking_variant_for_vocabularies_with_think(
+        qwen_tokenizer_dir, smollm_path, load_ours):
+    assert builtin("chatml", load_ours(smollm_path)).name == "chatml"
+    template = builtin("chatml", load_ours(qwen_tokenizer_dir))  # has <think> as an added token
     assert (template.name, template.supports_thinking) == ("chatml-think", True)
     off = template.render([{"role": "user", "content": "hi"}], enable_thinking=False).text
     assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
