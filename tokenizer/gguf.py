@@ -24,7 +24,7 @@ import struct
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Container
 
 from tokenizer.errors import GGUFError
 
@@ -125,28 +125,10 @@ class _Reader:
         (checked by counting) and decode strictly; otherwise the careful
         per-string path runs, which also names the offending offset.
         """
-        # each string needs at least its 8-byte length, so this bounds memory
-        if count * 8 > self.size - self.off:
-            raise GGUFError(self.off, f"{what}: {count} strings cannot fit in the {self.size - self.off} bytes left")
-        buf, size, unpack = self.buf, self.size, _U64.unpack_from
-        start = off = self.off
-        headers: list[int] = []
-        note = headers.append
-        long_headers: list[int] = []  # lengths >= 256 have a second non-zero byte
-        i = 0
-        try:
-            for i in range(count):
-                (n,) = unpack(buf, off)
-                note(off)
-                if n > 255:
-                    long_headers.append(off)
-                off += 8 + n
-                if off > size:
-                    raise GGUFError(off - 8 - n, f"{what}[{i}] claims {n} bytes but only {size - (off - n)} are left in the file")
-        except struct.error:
-            raise GGUFError(off, f"{what}[{i}]: file ends inside a string length") from None
-        self.off = off
-        region = bytearray(buf[start:off])
+        start = self.off
+        headers, long_headers = self._walk_strings(count, what, record=True)
+        off = self.off
+        region = bytearray(self.buf[start:off])
         if start:
             headers = [h - start for h in headers]
         for h in headers:
@@ -163,6 +145,41 @@ class _Reader:
                 del parts[0]
                 return parts
         return self._strings_slow(start, count, 0, what)
+
+    def _walk_strings(self, count: int, what: str, record: bool = False) -> tuple[list[int], list[int]]:
+        """Check and step over ``count`` strings; optionally note each length header's offset."""
+        # each string needs at least its 8-byte length, so this bounds memory
+        if count * 8 > self.size - self.off:
+            raise GGUFError(self.off, f"{what}: {count} strings cannot fit in the {self.size - self.off} bytes left")
+        buf, size, unpack = self.buf, self.size, _U64.unpack_from
+        off = self.off
+        headers: list[int] = []
+        note = headers.append
+        long_headers: list[int] = []  # lengths >= 256 have a second non-zero byte
+        i = hdr = 0
+        try:
+            if record:
+                for i in range(count):
+                    (n,) = unpack(buf, off)
+                    note(off)
+                    if n > 255:
+                        long_headers.append(off)
+                    off += 8 + n
+                    if off > size:
+                        break
+            else:
+                for i in range(count):
+                    hdr = off
+                    off += 8 + unpack(buf, off)[0]
+                    if off > size:
+                        break
+        except struct.error:
+            raise GGUFError(off, f"{what}[{i}]: file ends inside a string length") from None
+        if off > size:
+            hdr = headers[-1] if record else hdr
+            raise GGUFError(hdr, f"{what}[{i}] claims {off - hdr - 8} bytes but only {size - hdr - 8} are left in the file")
+        self.off = off
+        return headers, long_headers
 
     def _strings_slow(self, off: int, k: int, first: int, what: str) -> list[str]:
         """One string at a time; lengths were already bounds-checked by the walk."""
@@ -192,6 +209,37 @@ class _Reader:
             return list(struct.unpack(f"<{count}{fmt}", chunk))
         values.frombytes(chunk)
         return values.tolist()
+
+    def skip(self, vtype: int, what: str, depth: int = 0) -> None:
+        """Move past a value without building it (bounds are still checked)."""
+        if vtype == T_STRING:
+            start = self.off
+            n = self.u64(f"length of {what}")
+            if n > self.size - self.off:
+                raise GGUFError(start, f"{what} claims {n} bytes but only {self.size - self.off} are left in the file")
+            self.off += n
+        elif vtype == T_ARRAY:
+            if depth >= MAX_NESTING:
+                raise GGUFError(self.off, f"{what}: arrays nested deeper than {MAX_NESTING} levels")
+            start = self.off
+            etype = self.u32(f"element type of {what}")
+            count = self.u64(f"element count of {what}")
+            if etype == T_STRING:
+                self._walk_strings(count, what)
+            elif etype == T_ARRAY:
+                if count * 12 > self.size - self.off:
+                    raise GGUFError(start, f"{what}: {count} nested arrays cannot fit in the file")
+                for i in range(count):
+                    self.skip(etype, f"{what}[{i}]", depth + 1)
+            elif etype in _SCALARS:
+                width = _SCALARS[etype][2]
+                if count > (self.size - self.off) // width:
+                    raise GGUFError(start, f"{what}: {count} values cannot fit in the {self.size - self.off} bytes left")
+                self.off += count * width
+            else:
+                raise GGUFError(start, f"{what}: unknown array element type {etype}")
+        else:
+            self.value(vtype, what, depth)
 
     def value(self, vtype: int, what: str, depth: int = 0) -> Any:
         if vtype == T_STRING:
@@ -234,8 +282,12 @@ if struct.pack("=I", 1) != struct.pack("<I", 1):  # pragma: no cover - big-endia
     raise ImportError("tokenizer.gguf reads little-endian files on little-endian hosts only")
 
 
-def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>") -> GGUFFile:
-    """Parse the header and key/values of a GGUF image held in ``buf``."""
+def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Container[str] | None = None) -> GGUFFile:
+    """Parse the header and key/values of a GGUF image held in ``buf``.
+
+    With ``keys``, only those values are built; the others are walked over
+    (still bounds-checked) and appear in ``types`` but not in ``kv``.
+    """
     r = _Reader(buf, size)
     r.need(4, "magic")
     magic = bytes(buf[0:4])
@@ -258,7 +310,7 @@ def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>") -> GGUFFile:
     for i in range(kv_count):
         key_off = r.off
         key = r.string(f"key #{i}")
-        if key in out.kv:
+        if key in out.types:
             raise GGUFError(key_off, f"duplicate key {key!r}")
         vtype_off = r.off
         vtype = r.u32(f"type of {key!r}")
@@ -270,14 +322,17 @@ def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>") -> GGUFFile:
             tname = f"array[{TYPE_NAMES.get(etype, str(etype))}]"
         else:
             tname = TYPE_NAMES[vtype]
-        out.kv[key] = r.value(vtype, key)
+        if keys is None or key in keys:
+            out.kv[key] = r.value(vtype, key)
+        else:
+            r.skip(vtype, key)
         out.types[key] = tname
     out.kv_end = r.off
     return out
 
 
-def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
-    """Read the header and all key/values of the GGUF file at ``path``.
+def read_gguf(path: str | os.PathLike[str], keys: Container[str] | None = None) -> GGUFFile:
+    """Read the header and all key/values (or only ``keys``) of the GGUF file at ``path``.
 
     Raises :class:`GGUFError` (offset + problem) for anything malformed and
     ``FileNotFoundError``/``IsADirectoryError`` for a path that is not a file.
@@ -287,6 +342,6 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         size = os.fstat(fh.fileno()).st_size
         if size < 24:
             data = fh.read()
-            return parse_gguf(data, len(data), p)
+            return parse_gguf(data, len(data), p, keys)
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return parse_gguf(mm, size, p)
+            return parse_gguf(mm, size, p, keys)

@@ -1,4 +1,4 @@
-"""Unicode character classes as llama.cpp sees them.
+r"""Unicode character classes as llama.cpp sees them.
 
 llama.cpp classifies code points with tables generated from one Unicode
 release (15.1 in the llama.cpp tokchat pins).  The ``regex`` module follows
@@ -8,7 +8,7 @@ punctuation-like characters.  To give the same pieces as llama.cpp we
 subtract those code points from ``\p{L}``, ``\p{N}`` and friends.
 
 The classes are regex fragments in ``regex.V1`` syntax, so they can be
-nested inside other character classes: ``f"[^\\s{L}{N}]"``.
+nested inside other character classes: ``f"[^\s{L}{N}]"``.
 Whitespace needs no correction: ``regex``'s ``\s`` is exactly llama.cpp's set
 (no U+001C..U+001F, yes U+0085, U+00A0, U+3000 ...).
 """

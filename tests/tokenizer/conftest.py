@@ -1,0 +1,130 @@
+"""Session-wide caches so each model and each oracle loads once per test run.
+
+Loading a 150k-token vocabulary takes about a second for us and for
+llama.cpp alike, and many test modules need the same models, so everything
+is memoized here.  The vocabulary GGUFs are found by reading their headers:
+every ``ggml-vocab-*.gguf`` whose tokenizer model we implement (gpt2,
+llama, gemma4) takes part, the BERT / T5 ones do not.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from assets import asset_path  # noqa: E402
+from tokenizer import load_tokenizer  # noqa: E402
+from tokenizer.gguf import read_gguf  # noqa: E402
+
+SUPPORTED_MODELS = {"gpt2", "llama", "gemma4"}
+
+
+@functools.lru_cache(maxsize=None)
+def ours(path: str):
+    """Our tokenizer for ``path``, loaded once."""
+    return load_tokenizer(path)
+
+
+_LLAMA_MODELS: dict[str, object] = {}
+
+
+def llama(path: str):
+    """llama.cpp's vocabulary-only model for ``path``, loaded once."""
+    import llama_cpp
+
+    if path not in _LLAMA_MODELS:
+        _LLAMA_MODELS[path] = llama_cpp.Llama(path, vocab_only=True, verbose=False)
+    return _LLAMA_MODELS[path]
+
+
+@functools.lru_cache(maxsize=None)
+def hf(path: str):
+    """Hugging Face ``tokenizers`` for a tokenizer.json, loaded once."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+@functools.lru_cache(maxsize=None)
+def vocab_ggufs(models_dir: Path) -> list[Path]:
+    """The vocabulary GGUFs of the llama.cpp test assets that use a tokenizer model we implement."""
+    found = []
+    for p in sorted(models_dir.glob("ggml-vocab-*.gguf")):
+        model = read_gguf(p, keys={"tokenizer.ggml.model"}).kv.get("tokenizer.ggml.model")
+        if model in SUPPORTED_MODELS:
+            found.append(p)
+    return found
+
+
+def model_ggufs() -> list[Path]:
+    """The three test models, then every supported vocabulary GGUF."""
+    models = [asset_path(n) for n in ("smollm2.gguf", "qwen2.5-coder-0.5b.gguf", "gemma3-270m.gguf")]
+    return models + vocab_ggufs(asset_path("llama.cpp-models"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``any_gguf``: every GGUF we test against llama.cpp; ``golden_gguf``: those with .inp/.out files."""
+    if "any_gguf" in metafunc.fixturenames:
+        paths = model_ggufs()
+        metafunc.parametrize("any_gguf", paths, ids=[p.name for p in paths])
+    if "golden_gguf" in metafunc.fixturenames:
+        paths = [p for p in vocab_ggufs(asset_path("llama.cpp-models")) if Path(str(p) + ".inp").exists()]
+        metafunc.parametrize("golden_gguf", paths, ids=[p.name for p in paths])
+    if "json_dir" in metafunc.fixturenames:
+        dirs = [asset_path("qwen2.5-tokenizer"), asset_path("llama3.2-tokenizer")]
+        metafunc.parametrize("json_dir", dirs, ids=[d.name for d in dirs])
+
+
+def golden_cases(gguf: Path) -> list[tuple[str, list[int]]]:
+    """(text, ids) pairs from llama.cpp's ``.inp`` / ``.out`` files, read as test-tokenizer-0 reads them.
+
+    Cases in ``.inp`` are separated by "\\n__ggml_vocab_test__\\n"; each line
+    of ``.out`` holds the ids of one case, space-separated after a leading
+    space (hence the strip).
+    """
+    raw = Path(str(gguf) + ".inp").read_bytes().decode("utf-8")
+    out_lines = Path(str(gguf) + ".out").read_text(encoding="utf-8").split("\n")
+    sep = "\n__ggml_vocab_test__\n"
+    inputs, pos = [], 0
+    while pos < len(raw):
+        nxt = raw.find(sep, pos)
+        if nxt < 0:
+            inputs.append(raw[pos:])
+            break
+        inputs.append(raw[pos:nxt])
+        pos = nxt + len(sep)
+    assert len(out_lines) >= len(inputs), f"{gguf.name}: fewer .out lines than .inp cases"
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(inputs, out_lines)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_llama_models():
+    """Free llama.cpp models before interpreter shutdown (their __del__ fails late in teardown)."""
+    yield
+    for model in _LLAMA_MODELS.values():
+        model.close()
+    _LLAMA_MODELS.clear()
+
+
+@pytest.fixture(scope="session")
+def qwen_tok(qwen_path):
+    return ours(str(qwen_path))
+
+
+@pytest.fixture(scope="session")
+def smollm_tok(smollm_path):
+    return ours(str(smollm_path))
+
+
+@pytest.fixture(scope="session")
+def gemma_tok(gemma_path):
+    return ours(str(gemma_path))
+
+
+@pytest.fixture(scope="session")
+def qwen_json_tok(qwen_tokenizer_dir):
+    return ours(str(qwen_tokenizer_dir))
