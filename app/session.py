@@ -137,7 +137,9 @@ class ChatSession:
             self.messages.pop()
         if not self.messages:
             self.messages = before
-            raise ValueError("nothing to regenerate: the conversation has no user message")
+            yield ReplyEvent("error", "nothing to regenerate: the conversation has no user message yet")
+            yield ReplyEvent("done", stats=self._stats(_Turn(started=time.monotonic()), None, "error"))
+            return
         yield from self._turn(self.messages.pop(), before)
 
     def edit_last_user(self, text: str) -> Iterator[ReplyEvent]:

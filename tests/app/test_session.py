@@ -238,6 +238,12 @@ def test_regenerate_and_edit_reuse_the_prompt(tok):
     assert [m.content for m in session.messages] == ["Hello", "Third."]
 
 
+def test_regenerate_with_nothing_to_answer_is_an_error_event(tok):
+    session = make_session(tok, [])
+    events = run(session, events=session.regenerate())
+    assert [e.kind for e in events] == ["error", "done"] and "nothing to regenerate" in events[0].text
+
+
 def test_refusing_a_regenerate_loses_nothing(tok):
     session = make_session(tok, [reply_ids(tok, "Short.")], context_size=400,
                            sampling=replace(GREEDY, max_tokens=16))
