@@ -13,6 +13,7 @@ that ``encode`` produced.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any, Callable, Sequence
@@ -117,14 +118,21 @@ class Tokenizer:
 
     # -- decoding ---------------------------------------------------------
     def _check(self, tid: int) -> int:
-        if not isinstance(tid, int) or isinstance(tid, bool) or not 0 <= tid < len(self._tokens):
+        """``tid`` as a plain int, or a TokenizerError naming it (bools and floats are not ids)."""
+        try:
+            value = operator.index(tid) if not isinstance(tid, bool) else -1
+        except TypeError:
+            value = -1
+        if not 0 <= value < len(self._tokens):
             raise TokenizerError(
                 f"token id {tid!r} is out of range for this {len(self._tokens)}-token vocabulary"
             )
-        return tid
+        return value
 
     def token_bytes(self, tid: int) -> bytes:
         """The exact bytes token ``tid`` stands for."""
+        if type(tid) is not int:
+            tid = self._check(tid)
         cached = self._bytes_cache.get(tid)
         if cached is not None:
             return cached
