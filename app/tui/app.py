@@ -161,6 +161,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
             await self.chat_view.add_notice(note)
         self.update_meter()
         self.on_model_ready()
+        self.query_one(ModelBar).state = "ready"  # last: tests wait for this
 
     def show_model(self) -> None:
         chat = self.chat
@@ -170,7 +171,6 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         bar.text = model_bar_text(info.model_name or chat.model_path.stem, info.quantization,
                                   info.backend, info.device, chat.session.template.name,
                                   chat.context_size)
-        bar.state = "ready"
         self.meter.limit = chat.context_size
 
     async def on_chat_app_model_load_failed(self, message: ModelLoadFailed) -> None:
@@ -348,6 +348,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
             return
         self._editing = True
         self.prompt_input.load_text(users[-1].content)
+        self.prompt_input.move_cursor(self.prompt_input.document.end)
         self.prompt_input.focus()
         self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
         self.refresh_bindings()

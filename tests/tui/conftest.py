@@ -41,7 +41,7 @@ async def wait_for(pilot, condition: Callable[[], bool], timeout_s: float = 60.0
 
 async def wait_loaded(pilot) -> None:
     app = pilot.app
-    await wait_for(pilot, lambda: app.chat is not None or app.query_one("ModelBar").state == "failed",
+    await wait_for(pilot, lambda: app.query_one("ModelBar").state in ("ready", "failed"),
                    what="the model to load")
     await pilot.pause()
 
@@ -90,3 +90,17 @@ def real_app(smollm_path: Path, store: ChatStore) -> Callable[..., ChatApp]:
         return ChatApp(options, store=store)
 
     return make
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio (through anyio's pytest plugin, installed with Textual)."""
+    return "asyncio"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-textual-snapshot writes its failure report to the working directory by default."""
+    import tempfile
+
+    if getattr(config.option, "snapshot_report", None) == "snapshot_report.html":
+        config.option.snapshot_report = str(Path(tempfile.gettempdir()) / "tokchat_snapshot_report.html")

@@ -26,7 +26,7 @@ class AssistantMessage(Vertical):
     DEFAULT_CSS = """
     AssistantMessage {
         height: auto;
-        margin: 1 8 0 1;
+        margin: 1 4 0 1;
         padding: 0 1;
         border-left: thick $accent;
     }

@@ -26,9 +26,10 @@ class ContextMeter(Static):
     ContextMeter.-full { background: $error-muted; }
     """
 
-    used: reactive[int] = reactive(0)
-    draft: reactive[int] = reactive(0)
-    limit: reactive[int] = reactive(0)
+    # layout=True: the text's width changes, so the footer must re-measure it
+    used: reactive[int] = reactive(0, layout=True)
+    draft: reactive[int] = reactive(0, layout=True)
+    limit: reactive[int] = reactive(0, layout=True)
 
     def render(self) -> str:
         if not self.limit:

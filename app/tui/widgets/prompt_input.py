@@ -88,4 +88,4 @@ class PromptInput(TextArea):
             return
         self._recall = index
         self.load_text(self.sent[index])
-        self.move_cursor((0, 0))
+        self.move_cursor(self.document.end)

@@ -1,0 +1,198 @@
+"""The app's behaviour on a scripted backend: input keys, commands, thinking, errors, history.
+
+The real tokenizer and template run; only the backend replays fixed ids.
+The real-model checks are in test_real_model.py.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SIZE, send, wait_for, wait_loaded, wait_reply
+
+from app.tui.format import stats_line
+from app.tui.widgets.assistant_message import AssistantMessage
+from app.tui.widgets.notice import Notice
+from app.tui.widgets.user_message import UserMessage
+
+pytestmark = pytest.mark.anyio
+
+CODE_REPLY = "Here is code:\n\n```python\nprint('hi')\n```\n\nand more:\n\n```sh\necho ok\n```\n"
+
+
+async def test_enter_sends_ctrl_j_newlines_and_up_recalls(scripted_app):
+    app = scripted_app(["first reply", "second reply"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await pilot.press("a", "ctrl+j", "b")
+        assert app.prompt_input.text == "a\nb"
+        await pilot.press("enter")
+        await wait_reply(pilot)
+        assert [w.text for w in app.query(UserMessage)] == ["a\nb"]
+        assert app.prompt_input.text == ""
+        assert app.session.messages[-1].content == "first reply"
+        assert app.query(AssistantMessage).last().content == "first reply"
+        await pilot.press("up")
+        assert app.prompt_input.text == "a\nb"
+        await pilot.press("down")
+        assert app.prompt_input.text == ""
+
+
+async def test_stats_line_and_meter_follow_the_session(scripted_app):
+    app = scripted_app(["Four."])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        before = app.meter.used
+        await pilot.press(*"hello")
+        await wait_for(pilot, lambda: app.meter.draft > 0, what="the draft count")
+        assert app.meter.draft == app.session.draft_tokens("hello")
+        await pilot.press("enter")
+        await wait_reply(pilot)
+        stats = app.session.messages[-1].stats
+        shown = str(app.query_one(AssistantMessage).query_one(".stats").render())
+        assert shown == stats_line(app.stats_filter(stats))
+        assert stats.completion_tokens == len(app.chat.tokenizer.encode("Four.")) + 1  # + the stop id
+        assert app.meter.used == app.session.context_used == stats.context_used > before
+
+
+async def test_thinking_streams_into_a_block_that_closes_when_the_answer_starts(scripted_app):
+    app = scripted_app(["<think>Two and two.</think>The answer is **4**."])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "2+2?")
+        await wait_reply(pilot)
+        reply = app.query_one(AssistantMessage)
+        assert reply.reasoning == app.session.messages[-1].reasoning == "Two and two."
+        assert reply.content == "The answer is **4**."
+        assert reply.thinking.collapsed
+        assert f"({app.session.messages[-1].stats.reasoning_tokens} tokens)" in reply.thinking.title
+        await pilot.press("ctrl+t")
+        assert not reply.thinking.collapsed
+
+
+async def test_regenerate_and_edit_replace_the_last_turn(scripted_app, store):
+    app = scripted_app(["one", "two", "three"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "hi")
+        await wait_reply(pilot)
+        await pilot.press("ctrl+r")
+        await wait_reply(pilot)
+        assert [r.content for r in app.query(AssistantMessage)] == ["two"]
+        await pilot.press("ctrl+g")
+        assert app.prompt_input.text == "hi"
+        await pilot.press("!", "enter")
+        await wait_reply(pilot)
+        assert [u.text for u in app.query(UserMessage)] == ["hi!"]
+        assert [(m.role, m.content) for m in app.session.messages] == [("user", "hi!"), ("assistant", "three")]
+        stored = store.load(app.recorder.conversation_id).messages
+        assert [(m.role, m.content) for m in stored] == [("user", "hi!"), ("assistant", "three")]
+
+
+async def test_slash_commands_change_the_session(scripted_app, tmp_path):
+    app = scripted_app([CODE_REPLY])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        for command in ("/temp 0.3", "/top_k 7", "/max_tokens 50", "/system Be brief."):
+            app.prompt_input.load_text(command)
+            await pilot.press("enter")
+        assert (app.session.sampling.temperature, app.session.sampling.top_k,
+                app.session.sampling.max_tokens) == (0.3, 7, 50)
+        assert app.session.system_prompt == "Be brief."
+        app.prompt_input.load_text("/temp hot")
+        await pilot.press("enter")
+        assert app.session.sampling.temperature == 0.3
+        await send(pilot, "code please")
+        await wait_reply(pilot)
+        app.prompt_input.load_text("/copy code 1")
+        await pilot.press("enter")
+        assert app.clipboard == "print('hi')\n"
+        await pilot.press("ctrl+o")
+        assert app.clipboard == CODE_REPLY
+        target = tmp_path / "chat.json"
+        app.prompt_input.load_text(f"/export {target}")
+        await pilot.press("enter")
+        exported = json.loads(target.read_text())
+        assert [m["content"] for m in exported["messages"]] == ["code please", CODE_REPLY]
+        app.prompt_input.load_text("/stats")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "completion tokens" in app.query(Notice).last().text
+        app.prompt_input.load_text("/clear")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.session.messages == [] and not app.query(AssistantMessage)
+        assert app.session.system_prompt == "Be brief."
+
+
+async def test_backend_failure_is_shown_and_the_partial_reply_kept(scripted_app):
+    app = scripted_app(["one two three four five six"], fail_after=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "go")
+        await wait_reply(pilot)
+        reply = app.query_one(AssistantMessage)
+        message = app.session.messages[-1]
+        assert message.finish_reason == "error"
+        assert reply.content == message.content and reply.has_class("-error")
+        assert "scripted fault" in str(reply.query_one(".stats").render())
+        await send(pilot, "again")  # the app is still usable
+        await wait_reply(pilot)
+        assert len(app.query(AssistantMessage)) == 2
+
+
+async def test_load_failure_keeps_the_app_usable(scripted_app, tmp_path):
+    from app.options import ChatOptions
+    from app.tui.app import ChatApp
+
+    app = ChatApp(ChatOptions(model=str(tmp_path / "missing.gguf")), store=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        assert app.chat is None
+        assert "Could not load the model" in app.query(Notice).last().text
+        assert "missing.gguf" in app.query(Notice).last().text
+        await send(pilot, "hello")
+        assert not app.query(AssistantMessage)
+        app.prompt_input.load_text("/help")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "/model PATH" in app.query(Notice).last().text
+
+
+async def test_history_sidebar_resume_rename_delete(scripted_app, store):
+    app = scripted_app(["stored answer", "continued"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "remember me")
+        await wait_reply(pilot)
+        first = app.recorder.conversation_id
+        app.prompt_input.load_text("/new")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.session.messages == []
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+        assert app.sidebar.highlighted_id() == first
+        await pilot.press("enter")  # resume
+        await pilot.pause()
+        assert [m.content for m in app.session.messages] == ["remember me", "stored answer"]
+        assert app.query_one(AssistantMessage).content == "stored answer"
+        await send(pilot, "and then?")
+        await wait_reply(pilot)
+        assert len(store.load(first).messages) == 4
+        await pilot.press("ctrl+b", "ctrl+b")  # close and reopen: the list has the focus
+        await pilot.press("r")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"Renamed", "enter")
+        await pilot.pause()
+        assert store.list_conversations()[0].title == "Renamed"
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("escape")  # cancel: nothing deleted
+        await pilot.pause()
+        assert len(store.list_conversations()) == 1
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert store.list_conversations() == []
