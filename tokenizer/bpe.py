@@ -17,7 +17,7 @@ Pieces are cached (piece -> ids), which is what makes warm encoding cheap.
 from __future__ import annotations
 
 import heapq
-from typing import Callable
+from typing import Any, Callable
 
 #: pieces longer than this (in symbols) use the heap merge
 LONG_PIECE = 64
@@ -45,6 +45,7 @@ class BPEModel:
         unknown: Callable[[str], list[int]],
         ignore_merges: bool = False,
         special_piece: Callable[[str], list[int] | None] | None = None,
+        merger: Any = None,
     ) -> None:
         self.vocab = vocab
         self.ranks = ranks
@@ -52,6 +53,8 @@ class BPEModel:
         self.unknown = unknown
         self.ignore_merges = ignore_merges
         self.special_piece = special_piece
+        #: the C accelerator's Merger (same rule on token ids), or None
+        self.merger = merger
         self.cache: dict[str, list[int]] = {}
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
@@ -72,6 +75,11 @@ class BPEModel:
 
     def piece_ids(self, piece: str) -> list[int]:
         """Ids for one piece, uncached."""
+        merger = self.merger
+        if merger is not None and not self.ignore_merges and self.special_piece is None:
+            ids = merger.encode(piece)
+            if ids is not None:
+                return ids
         symbols = self.prepare(piece)
         vocab = self.vocab
         if self.special_piece is not None:
@@ -82,6 +90,10 @@ class BPEModel:
             whole = vocab.get(symbols)
             if whole is not None:
                 return [whole]
+            if merger is not None:
+                ids = merger.encode(piece)
+                if ids is not None:
+                    return ids
         if len(symbols) > LONG_PIECE:
             parts = _merge_long(symbols, self.ranks)
         else:

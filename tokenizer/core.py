@@ -60,6 +60,8 @@ class TokenizerParts:
     metadata: dict[str, Any] = field(default_factory=dict)
     token_to_id: dict[str, int] | None = None
     source: str = ""
+    #: the per-piece caches the model keeps (cleared by ``Tokenizer.clear_cache``)
+    caches: list[dict] = field(default_factory=list)
 
 
 class Tokenizer:
@@ -84,6 +86,7 @@ class Tokenizer:
         self.chat_template = parts.chat_template
         self.metadata = parts.metadata
         self.source = parts.source
+        self._caches = parts.caches
         self.vocab_size = len(parts.tokens)
         self.bos_token = self._text_or_none(self.bos_id)
         self.eos_token = self._text_or_none(self.eos_id)
@@ -115,6 +118,11 @@ class Tokenizer:
             else:
                 out.extend(self._encode_fragment(frag))
         return out
+
+    def clear_cache(self) -> None:
+        """Forget cached piece encodings (benchmarks use this to measure a cold start)."""
+        for cache in self._caches:
+            cache.clear()
 
     # -- decoding ---------------------------------------------------------
     def _check(self, tid: int) -> int:

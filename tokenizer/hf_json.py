@@ -27,6 +27,7 @@ from tokenizer.bytelevel import from_byte_chars, to_byte_chars
 from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf_vocab import eog_by_text
+from tokenizer.loader import make_merger
 from tokenizer.specials import HFSpecialSplitter, SpecialToken
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -181,7 +182,8 @@ def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
         return [t for t in out if t is not None]
 
     bpe = BPEModel(vocab, {m: r for r, m in enumerate(merges)}, to_byte_chars if byte_level else (lambda s: s),
-                   unknown, ignore_merges=bool(model.get("ignore_merges")))
+                   unknown, ignore_merges=bool(model.get("ignore_merges")),
+                   merger=make_merger(merges, vocab, first_wins=False) if byte_level else None)
 
     def encode_fragment(text: str) -> list[int]:
         if normalize is not None:
@@ -210,7 +212,7 @@ def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
             kind="bpe", pre=None, tokens=tokens, attrs=attrs, render=render, encode_fragment=encode_fragment,
             splitter=HFSpecialSplitter(specials), bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
             eog_ids=frozenset(eog), chat_template=_chat_template(config.get("chat_template")),
-            metadata={}, token_to_id=ids, source=str(path),
+            metadata={}, token_to_id=ids, source=str(path), caches=[bpe.cache],
         )
     )
 

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from tokenizer.bpe import BPEModel
-from tokenizer.bytelevel import from_byte_chars, to_byte_chars
+from tokenizer.accel import accel_module
+from tokenizer.bytelevel import BYTE_TO_CHAR, from_byte_chars, to_byte_chars
 from tokenizer.core import (
     ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED, Tokenizer, TokenizerParts,
 )
@@ -65,13 +66,15 @@ def load_gguf_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     v = read_vocab(g)
     tokens, ids, attrs = v["tokens"], v["ids"], v["attrs"]
     model = v["model"]
+    caches: list[dict] = []
     if model == "llama":
         kind, pre, encode_fragment, render = "spm", None, *_spm_parts(v)
     elif model == "gpt2":
         pre = v["pre"] or None
-        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g.kv.get("tokenizer.ggml.merges"))
+        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g.kv.get("tokenizer.ggml.merges"), caches)
     else:  # gemma4: BPE over raw UTF-8 with ▁ for spaces
-        kind, pre, encode_fragment, render = "bpe", "gemma4", *_gemma4_parts(v, g.kv.get("tokenizer.ggml.merges"))
+        kind, pre = "bpe", "gemma4"
+        encode_fragment, render = _gemma4_parts(v, g.kv.get("tokenizer.ggml.merges"), caches)
     special = v["special"]
     template = g.kv.get("tokenizer.chat_template")
     return Tokenizer(
@@ -80,7 +83,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
             encode_fragment=encode_fragment, splitter=_special_splitter(tokens, attrs),
             bos_id=special["bos"], eos_id=special["eos"], add_bos=v["add_bos"], eog_ids=v["eog"],
             chat_template=template if isinstance(template, str) else None,
-            metadata=metadata_without_arrays(g.kv), token_to_id=ids, source=str(path),
+            metadata=metadata_without_arrays(g.kv), token_to_id=ids, source=str(path), caches=caches,
         )
     )
 
@@ -91,7 +94,7 @@ def _merges(v: dict, merges: object) -> dict[str, int]:
     return parse_merges(merges)
 
 
-def _bpe_parts(v: dict, merges: object):
+def _bpe_parts(v: dict, merges: object, caches: list[dict]):
     pre_type, ignore_merges = resolve_pre(v["pre"])
     pretok = make_pretokenizer(pre_type)
     ids = v["ids"]
@@ -101,7 +104,9 @@ def _bpe_parts(v: dict, merges: object):
         found = (ids.get(chr(b)) for b in part.encode("utf-8") if b < 0x80)
         return [t for t in found if t is not None]
 
-    bpe = BPEModel(ids, _merges(v, merges), to_byte_chars, unknown, ignore_merges=ignore_merges)
+    bpe = BPEModel(ids, _merges(v, merges), to_byte_chars, unknown, ignore_merges=ignore_merges,
+                   merger=make_merger(merges, ids, first_wins=True))
+    caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
 
     def encode_fragment(text: str) -> list[int]:
@@ -114,6 +119,17 @@ def _bpe_parts(v: dict, merges: object):
     return encode_fragment, render
 
 
+def make_merger(merges: object, ids: dict[str, int], first_wins: bool):
+    """The C accelerator's id-based merger, or None (not built, or merges it cannot express)."""
+    accel = accel_module()
+    if accel is None or not isinstance(merges, list):
+        return None
+    try:
+        return accel.Merger(merges, ids, BYTE_TO_CHAR, first_wins)
+    except (ValueError, TypeError):
+        return None
+
+
 def _hex_byte_ids(ids: dict[str, int]):
     def unknown(part: str) -> list[int]:
         found = (ids.get(f"<0x{b:02X}>") for b in part.encode("utf-8", "surrogatepass"))
@@ -122,7 +138,7 @@ def _hex_byte_ids(ids: dict[str, int]):
     return unknown
 
 
-def _gemma4_parts(v: dict, merges: object):
+def _gemma4_parts(v: dict, merges: object, caches: list[dict]):
     ids = v["ids"]
     pretok = make_pretokenizer("gemma4")
 
@@ -133,6 +149,7 @@ def _gemma4_parts(v: dict, merges: object):
         return None
 
     bpe = BPEModel(ids, _merges(v, merges), lambda s: s, _hex_byte_ids(ids), special_piece=newline_run)
+    caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
 
     def encode_fragment(text: str) -> list[int]:

@@ -27,6 +27,7 @@ from typing import Callable
 import regex
 
 from tokenizer import unicode_classes as uc
+from tokenizer.accel import SPLIT_MODES, accel_module, flag_table
 from tokenizer.errors import TokenizerError
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -193,10 +194,18 @@ def sequential_splitter(pre_type: str) -> Callable[[str], list[str]]:
     return _sequential([compile_llama(p) for p in PRE_TYPES[pre_type]])
 
 
-def make_pretokenizer(pre_type: str) -> PreTokenizer:
-    """The fastest splitter that is equivalent to llama.cpp's sequence for ``pre_type``."""
+def make_pretokenizer(pre_type: str, accelerated: bool = True) -> PreTokenizer:
+    """The fastest splitter that is equivalent to llama.cpp's sequence for ``pre_type``.
+
+    With the C accelerator built, the hot types use its hand-compiled
+    splitter; ``accelerated=False`` forces the ``regex`` version.
+    """
     if pre_type not in PRE_TYPES:
         raise TokenizerError(f"pre-tokenizer type {pre_type!r} is not supported")
+    accel = accel_module() if accelerated else None
+    if accel is not None and pre_type in SPLIT_MODES:
+        mode, table, split = SPLIT_MODES[pre_type], flag_table(), accel.split
+        return PreTokenizer(pre_type, lambda text: split(text, mode, table))
     fused = _FUSED.get(pre_type)
     if fused is None and len(PRE_TYPES[pre_type]) == 1:
         fused = PRE_TYPES[pre_type][0]

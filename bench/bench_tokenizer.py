@@ -1,0 +1,189 @@
+"""Tokenizer throughput: tokchat vs Hugging Face ``tokenizers``, llama.cpp and tiktoken.
+
+All four tokenize the same texts with the same vocabulary (Qwen2.5's: the
+GGUF for tokchat and llama.cpp, tokenizer.json for HF, and a tiktoken
+``Encoding`` built from those ranks and Qwen's split regex), in one run, and
+every result is checked id for id against HF before it is timed.
+
+* English prose: Python's reference documentation (``pydoc_data.topics``).
+* Python code: standard-library sources.
+* Multilingual: sentences assembled (deterministically) from Qwen's own
+  vocabulary in a dozen scripts, so no text file has to ship with tokchat.
+
+"cold" is the first encode after clearing every cache (a fresh HF tokenizer,
+our ``clear_cache()``); "warm" repeats it.  llama.cpp and tiktoken keep no
+cache.  Prints Markdown tables of MB/s and ratios to tokchat.  The machine is
+shared, so each figure is the best of a few runs.
+
+    .venv/bin/python bench/bench_tokenizer.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import unicodedata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from assets import asset_path  # noqa: E402
+
+from tokenizer import load_tokenizer  # noqa: E402
+from tokenizer.bytelevel import CHAR_TO_BYTE  # noqa: E402
+
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def prose_text(limit: int) -> str:
+    import pydoc_data.topics
+
+    return "\n\n".join(pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics))[:limit]
+
+
+def code_text(limit: int) -> str:
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    parts, size = [], 0
+    for name in ("argparse.py", "typing.py", "inspect.py", "dataclasses.py", "pathlib.py", "ast.py",
+                 "tarfile.py", "subprocess.py", "logging/__init__.py", "email/message.py"):
+        path = stdlib / name
+        if path.is_file():
+            parts.append(path.read_text(encoding="utf-8"))
+            size += len(parts[-1])
+        if size >= limit:
+            break
+    return "\n".join(parts)[:limit]
+
+
+def multilingual_text(tok, limit: int, seed: int = 3) -> str:
+    """Sentences of real vocabulary pieces per script; CJK/Thai without spaces, the rest with."""
+    scripts = {
+        "cjk": (0x4E00, 0x9FFF, ""), "kana": (0x3040, 0x30FF, ""), "hangul": (0xAC00, 0xD7A3, " "),
+        "cyrillic": (0x0400, 0x04FF, " "), "arabic": (0x0600, 0x06FF, " "), "devanagari": (0x0900, 0x097F, " "),
+        "thai": (0x0E00, 0x0E7F, ""), "greek": (0x0370, 0x03FF, " "), "hebrew": (0x0590, 0x05FF, " "),
+        "latin-ext": (0x00C0, 0x024F, " "),
+    }
+    words: dict[str, list[str]] = {k: [] for k in scripts}
+    for tid in range(tok.vocab_size):
+        if tok.is_special(tid):
+            continue
+        try:
+            text = tok.token_bytes(tid).decode("utf-8").strip()
+        except UnicodeDecodeError:
+            continue
+        if len(text) < 2:
+            continue
+        for name, (lo, hi, _) in scripts.items():
+            if all(lo <= ord(c) <= hi or c.isspace() for c in text):
+                words[name].append(text)
+                break
+    rng = random.Random(seed)
+    out, size = [], 0
+    names = [n for n in scripts if words[n]]
+    while size < limit:
+        name = rng.choice(names)
+        sep = scripts[name][2]
+        sentence = sep.join(rng.choice(words[name]) for _ in range(rng.randrange(4, 16)))
+        sentence += rng.choice(["。", ".", "!", "?", "،", "।", "\n"])
+        out.append(sentence)
+        size += len(sentence) + 1
+    # NFC, because HF's Qwen tokenizer.json normalizes to NFC and llama.cpp does not
+    return unicodedata.normalize("NFC", " ".join(out)[:limit])
+
+
+def tiktoken_encoding(tok):
+    import tiktoken
+
+    ranks = {}
+    for tid in range(tok.vocab_size):
+        if tok.is_special(tid):
+            continue
+        text = tok.id_to_token(tid)
+        if all(c in CHAR_TO_BYTE for c in text):
+            ranks.setdefault(bytes(CHAR_TO_BYTE[c] for c in text), tid)
+    return tiktoken.Encoding("qwen2.5-from-gguf", pat_str=QWEN_SPLIT, mergeable_ranks=ranks, special_tokens={})
+
+
+def best_of(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller texts, fewer repeats")
+    args = parser.parse_args()
+    size = 150_000 if args.quick else 600_000
+    repeats = 2 if args.quick else 3
+
+    import llama_cpp
+    from tokenizers import Tokenizer as HFTokenizer
+
+    gguf, json_path = asset_path("qwen2.5-coder-0.5b.gguf"), asset_path("qwen2.5-tokenizer") / "tokenizer.json"
+    ours = load_tokenizer(gguf)
+    llama = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
+    tik = tiktoken_encoding(ours)
+    texts = {"English prose": prose_text(size), "Python code": code_text(size),
+             "multilingual": multilingual_text(ours, size)}
+
+    rows = []
+    for name, text in texts.items():
+        mb = len(text.encode("utf-8")) / 1e6
+        hf_ids = HFTokenizer.from_file(str(json_path)).encode(text, add_special_tokens=False).ids
+        parity = {
+            "tokchat": ours.encode(text) == hf_ids,
+            "llama.cpp": llama.tokenize(text.encode("utf-8"), add_bos=False, special=False) == hf_ids,
+            "tiktoken": tik.encode_ordinary(text) == hf_ids,
+        }
+
+        def ours_cold():
+            ours.clear_cache()
+            ours.encode(text)
+
+        def hf_cold():
+            fresh = HFTokenizer.from_file(str(json_path))
+            t = time.perf_counter()
+            fresh.encode(text, add_special_tokens=False)
+            return time.perf_counter() - t
+
+        hf_warm_tok = HFTokenizer.from_file(str(json_path))
+        hf_warm_tok.encode(text, add_special_tokens=False)
+        timings = {
+            ("tokchat", "cold"): best_of(ours_cold, repeats),
+            ("tokchat", "warm"): best_of(lambda: ours.encode(text), repeats),
+            ("HF tokenizers", "cold"): min(hf_cold() for _ in range(repeats)),
+            ("HF tokenizers", "warm"): best_of(lambda: hf_warm_tok.encode(text, add_special_tokens=False), repeats),
+            ("llama.cpp", "-"): best_of(lambda: llama.tokenize(text.encode("utf-8"), add_bos=False, special=False),
+                                        repeats),
+            ("tiktoken", "-"): best_of(lambda: tik.encode_ordinary(text), repeats),
+        }
+        rows.append((name, mb, len(hf_ids), parity, timings))
+
+    print(f"## Tokenizer throughput (Qwen2.5 vocabulary, MB/s; {sys.platform}, Python {sys.version.split()[0]})\n")
+    print("| text | MB | tokens | tokchat cold | tokchat warm | HF cold | HF warm | llama.cpp | tiktoken "
+          "| tokchat cold / HF cold | tokchat cold / llama.cpp | parity (tokchat, llama.cpp, tiktoken vs HF) |")
+    print("|---" * 12 + "|")
+    for name, mb, ntok, parity, t in rows:
+        speed = {k: mb / v for k, v in t.items()}
+        ours_cold_speed = speed[("tokchat", "cold")]
+        print(f"| {name} | {mb:.2f} | {ntok} | {ours_cold_speed:.2f} | {speed[('tokchat', 'warm')]:.2f} "
+              f"| {speed[('HF tokenizers', 'cold')]:.2f} | {speed[('HF tokenizers', 'warm')]:.2f} "
+              f"| {speed[('llama.cpp', '-')]:.2f} | {speed[('tiktoken', '-')]:.2f} "
+              f"| {ours_cold_speed / speed[('HF tokenizers', 'cold')]:.2f}x "
+              f"| {ours_cold_speed / speed[('llama.cpp', '-')]:.2f}x "
+              f"| {', '.join('100%' if ok else 'DIFFERS' for ok in parity.values())} |")
+    llama.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The optional C accelerator (``tokenizer/_accel.c``) and the table it needs.
+
+tokchat works without it: every accelerated step has a pure-Python twin
+that gives the same ids, and the tests compare the two.  It is skipped when
+the extension was not built (no compiler at install time) or when
+``TOKCHAT_NO_ACCEL=1`` is set.
+
+The C splitter needs each code point's class under llama.cpp's Unicode
+tables; :func:`flag_table` builds that once per process from the same
+``regex`` classes the Python pre-tokenizer uses (about 0.1 s).
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import regex
+
+from tokenizer import unicode_classes as uc
+
+#: pre-tokenizer type -> the C splitter's mode (types without one stay on regex)
+SPLIT_MODES = {"gpt2": 0, "llama3": 1, "qwen2": 2, "qwen35": 3, "starcoder": 4}
+FLAG_L, FLAG_N, FLAG_M, FLAG_WS = 1, 2, 4, 8
+
+_table: bytes | None = None
+
+
+def accel_module() -> ModuleType | None:
+    """``tokenizer._accel`` if it is built and allowed, else None."""
+    if os.environ.get("TOKCHAT_NO_ACCEL", "") not in ("", "0"):
+        return None
+    try:
+        from tokenizer import _accel
+    except ImportError:
+        return None
+    return _accel
+
+
+def flag_table() -> bytes:
+    """0x110000 bytes: 1 letter, 2 number, 4 mark, 8 whitespace, as llama.cpp classifies them."""
+    global _table
+    if _table is None:
+        every = "".join(map(chr, range(0x110000)))
+        table = bytearray(0x110000)
+        # the four classes are disjoint, so plain assignment per run is enough
+        for bit, cls in ((FLAG_L, uc.L), (FLAG_N, uc.N), (FLAG_M, uc.M), (FLAG_WS, r"\s")):
+            for m in regex.finditer(f"(?:{cls})+", every, flags=regex.V1):
+                table[m.start() : m.end()] = bytes([bit]) * (m.end() - m.start())
+        _table = bytes(table)
+    return _table
