@@ -24,6 +24,8 @@ from backends.worker import GenerationWorker
 PREFILL_CHUNK = 128
 #: how many recent ids the repetition penalty considers (llama.cpp's penalty_last_n)
 PENALTY_LAST_N = 64
+#: mlx-lm model modules whose output is exactly ``head(model(ids))``, no extra scaling
+_PLAIN_HEAD_MODULES = frozenset({"mlx_lm.models.llama", "mlx_lm.models.qwen2"})
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -103,9 +105,19 @@ class MLXBackend:
         del self._cached_ids[keep:]
 
     def _forward(self, ids: list[int]):
+        """Feed ``ids`` through the model (extending the cache); logits of the last position."""
         import mlx.core as mx
 
-        logits = self._model(mx.array(ids)[None], cache=self._cache)[:, -1, :]
+        model = self._model
+        inputs = mx.array(ids)[None]
+        if type(model).__module__ in _PLAIN_HEAD_MODULES:
+            # the output head only for the last position: on a 49k vocabulary it costs
+            # more than all the layers for a multi-id prompt chunk
+            hidden = model.model(inputs, cache=self._cache)[:, -1:, :]
+            head = model.model.embed_tokens.as_linear if model.args.tie_word_embeddings else model.lm_head
+            logits = head(hidden)[:, -1, :]
+        else:
+            logits = model(inputs, cache=self._cache)[:, -1, :]
         mx.eval(logits)
         self._cached_ids.extend(ids)
         return logits

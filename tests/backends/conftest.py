@@ -1,0 +1,76 @@
+"""Real engines on SmolLM2's GGUF, each loaded once per test session.
+
+Prompt ids come from llama.cpp's own tokenizer (a vocab-only load of the
+same file), so the backends are tested on ids an independent oracle made.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.base import LoadOptions
+
+CHATML = "<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+ENGINES = ("llama.cpp", "openvino", "mlx")
+
+
+class Vocab:
+    """llama.cpp's tokenizer for SmolLM2: text <-> ids."""
+
+    def __init__(self, path: Path) -> None:
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+        self.eos = self.llm.token_eos()
+
+    def ids(self, text: str) -> list[int]:
+        return self.llm.tokenize(text.encode(), add_bos=False, special=True)
+
+    def chat(self, question: str) -> list[int]:
+        return self.ids(CHATML.format(q=question))
+
+    def text(self, ids) -> str:
+        return self.llm.detokenize(list(ids)).decode("utf-8", errors="replace")
+
+
+@pytest.fixture(scope="session")
+def vocab(smollm_path) -> Vocab:
+    return Vocab(smollm_path)
+
+
+def _load(engine: str, path: Path, tmp_dir: Path):
+    """A loaded backend of ``engine`` with its log under ``tmp_dir``."""
+    options = LoadOptions(log_path=tmp_dir / "engine.log")
+    if engine == "llama.cpp":
+        from backends.llama_cpp import LlamaCppBackend
+
+        backend = LlamaCppBackend()
+    elif engine == "openvino":
+        from backends.openvino import OpenVINOBackend
+
+        backend = OpenVINOBackend()
+    else:
+        from backends.mlx import MLXBackend
+
+        backend = MLXBackend()
+    backend.load(path, options)
+    return backend
+
+
+def load_backend(engine: str, path: Path, log_dir: Path):
+    """Load one real backend on ``path``; the caller closes it."""
+    return _load(engine, path, log_dir)
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def backend(request, smollm_path, tmp_path_factory):
+    """Each real backend in turn on SmolLM2, loaded once.
+
+    Session scope with params makes pytest run all tests of one engine
+    together and close it before loading the next: engines that share two
+    cores slow each other down (their idle worker threads keep spinning).
+    """
+    loaded = _load(request.param, smollm_path, tmp_path_factory.mktemp("engine-logs"))
+    yield loaded
+    loaded.close()

@@ -1,0 +1,110 @@
+"""llama.cpp, OpenVINO and MLX answer real prompts from SmolLM2's GGUF, cancel, and reuse their cache."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from backends.base import BackendError, SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
+#: when only the prompt side matters: evaluate the prompt, sample one id
+ONE = SamplingParams(temperature=0, max_tokens=1, repeat_penalty=1.0)
+#: a hang guard only: cancel must end the iteration long before this
+HANG_GUARD_S = 10.0
+SYSTEM = ("<|im_start|>system\nYou are a concise assistant. You answer questions about geography, "
+          "history and science in one short sentence, without lists, without code and without "
+          "asking follow-up questions. If you do not know the answer, say so plainly.<|im_end|>\n")
+
+
+def test_answers_a_real_prompt(backend, vocab):
+    ids = list(backend.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    assert 0 < len(ids) <= GREEDY.max_tokens
+    assert "Paris" in vocab.text(ids)
+    assert backend.info.model_name and backend.info.quantization == "Q4_1"
+    assert backend.info.context_size == 8192  # SmolLM2's training context, within the cap
+
+
+def test_stop_id_is_yielded_and_ends_the_reply(backend, vocab):
+    prompt = vocab.chat("What is the capital of France?")
+    short = SamplingParams(temperature=0, max_tokens=5, repeat_penalty=1.0)
+    full = list(backend.generate(prompt, short, set()))
+    stop = full[2]
+    ids = list(backend.generate(prompt, short, {stop}))
+    assert ids == full[:3]
+
+
+def test_max_tokens(backend, vocab):
+    ids = list(backend.generate(vocab.chat("Write a long story about a dragon."), SamplingParams(max_tokens=3, seed=1), set()))
+    assert len(ids) == 3
+
+
+def test_seeded_sampling_repeats(backend, vocab):
+    prompt = vocab.chat("Tell me about the sea.")
+    sampling = SamplingParams(temperature=0.9, top_p=0.95, top_k=40, min_p=0.05, repeat_penalty=1.1, seed=7, max_tokens=5)
+    assert list(backend.generate(prompt, sampling, set())) == list(backend.generate(prompt, sampling, set()))
+
+
+def test_cancel_mid_generation_then_generate_again(backend, vocab):
+    prompt = vocab.chat("Write a very long essay about the history of Europe.")
+    sampling = SamplingParams(temperature=0.8, seed=3, max_tokens=400)
+    got: list[int] = []
+    latency = None
+    start = time.monotonic()
+    for token in backend.generate(prompt, sampling, set()):
+        got.append(token)
+        if len(got) == 3:
+            # cancel from another thread, as the UI does
+            canceller = threading.Thread(target=backend.cancel)
+            cancelled_at = time.monotonic()
+            canceller.start()
+            canceller.join()
+        assert time.monotonic() - start < HANG_GUARD_S + 60, "generation did not stop"
+    latency = time.monotonic() - cancelled_at
+    assert 3 <= len(got) < sampling.max_tokens
+    assert latency < HANG_GUARD_S
+    print(f"{backend.info.backend}: cancel returned after {latency * 1000:.1f} ms, {len(got)} ids")
+    again = list(backend.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    assert "Paris" in vocab.text(again)
+
+
+def test_prefix_reuse_evaluates_only_new_ids(backend, vocab):
+    first = vocab.ids(SYSTEM) + vocab.chat("What is the capital of France?")
+    reply = list(backend.generate(first, GREEDY, {vocab.eos}))
+    assert 0 < backend.last_prompt_evaluated <= len(first)
+    second = first + reply + vocab.ids("\n") + vocab.chat("And of Spain?")
+    list(backend.generate(second, ONE, {vocab.eos}))
+    new = len(second) - len(first) - len(reply)
+    if backend.info.backend == "openvino":
+        # block-level prefix cache: at most one partial block more than the new ids
+        assert backend.last_prompt_evaluated <= new + 1 + 32
+    else:
+        # the reply's last id was yielded but never fed back: it is evaluated now
+        assert backend.last_prompt_evaluated == new + 1
+    assert backend.last_prompt_evaluated < len(second) // 2
+    # regenerate: the same prompt again evaluates (almost) nothing
+    list(backend.generate(second, ONE, {vocab.eos}))
+    assert backend.last_prompt_evaluated <= (32 if backend.info.backend == "openvino" else 1)
+
+
+def test_edit_rewinds_to_the_common_prefix(backend, vocab):
+    base = vocab.ids(SYSTEM)
+    list(backend.generate(base + vocab.chat("Name a large river."), ONE, {vocab.eos}))
+    edited = base + vocab.chat("Name a tall mountain.")
+    four = SamplingParams(temperature=0, max_tokens=4, repeat_penalty=1.0)
+    ids = list(backend.generate(edited, four, {vocab.eos}))
+    assert ids
+    common = next(i for i, (a, b) in enumerate(zip(base + vocab.chat("Name a large river."), edited)) if a != b)
+    assert backend.last_prompt_evaluated <= len(edited) - common + (32 if backend.info.backend == "openvino" else 0)
+    # and the edited prompt gives what a fresh evaluation gives
+    backend_fresh = list(backend.generate(vocab.chat("Hi"), ONE, set()))  # overwrite the cache
+    assert backend_fresh
+    assert ids == list(backend.generate(edited, four, {vocab.eos}))
+
+
+def test_bad_prompts_are_clear_errors(backend):
+    with pytest.raises(BackendError, match="empty prompt"):
+        list(backend.generate([], GREEDY, set()))
+    with pytest.raises(BackendError, match="context holds"):
+        list(backend.generate([1] * backend.info.context_size, GREEDY, set()))
