@@ -204,6 +204,9 @@ class ChatSession:
             yield from stream
         except BackendError as exc:
             turn.finish, error = "error", str(exc)
+        except Exception:
+            turn.finish = "error"  # a bug: the partial reply is kept, the traceback goes on up
+            raise
         finally:
             stream.close()
             if not turn.ended and turn.finish != "error":
