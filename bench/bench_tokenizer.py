@@ -129,8 +129,16 @@ def main() -> int:
     from tokenizers import Tokenizer as HFTokenizer
 
     gguf, json_path = asset_path("qwen2.5-coder-0.5b.gguf"), asset_path("qwen2.5-tokenizer") / "tokenizer.json"
+    started = time.perf_counter()
     ours = load_tokenizer(gguf)
+    ours.encode("warm-up: builds the C pair table and Unicode flag table, once per process")
+    load_ours = time.perf_counter() - started
+    started = time.perf_counter()
     llama = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
+    load_llama = time.perf_counter() - started
+    started = time.perf_counter()
+    HFTokenizer.from_file(str(json_path))
+    load_hf = time.perf_counter() - started
     tik = tiktoken_encoding(ours)
     texts = {"English prose": prose_text(size), "Python code": code_text(size),
              "multilingual": multilingual_text(ours, size)}
@@ -181,6 +189,11 @@ def main() -> int:
               f"| {ours_cold_speed / speed[('HF tokenizers', 'cold')]:.2f}x "
               f"| {ours_cold_speed / speed[('llama.cpp', '-')]:.2f}x "
               f"| {', '.join('100%' if ok else 'DIFFERS' for ok in parity.values())} |")
+    print(f"\nLoad (first tokenizer in the process, incl. one-time tables): tokchat {load_ours:.2f} s (GGUF), "
+          f"HF {load_hf:.2f} s (tokenizer.json), llama.cpp {load_llama:.2f} s (GGUF, vocab only).")
+    from tokenizer.accel import accel_module
+
+    print(f"C accelerator: {'on' if accel_module() else 'off (pure Python)'}.")
     llama.close()
     return 0
 

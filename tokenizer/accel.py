@@ -12,6 +12,7 @@ tables; :func:`flag_table` builds that once per process from the same
 from __future__ import annotations
 
 import os
+from array import array
 from types import ModuleType
 
 import regex
@@ -40,11 +41,14 @@ def flag_table() -> bytes:
     """0x110000 bytes: 1 letter, 2 number, 4 mark, 8 whitespace, as llama.cpp classifies them."""
     global _table
     if _table is None:
-        every = "".join(map(chr, range(0x110000)))
+        every = array("I", range(0x110000)).tobytes().decode("utf-32-le", "surrogatepass")
         table = bytearray(0x110000)
         # the four classes are disjoint, so plain assignment per run is enough
-        for bit, cls in ((FLAG_L, uc.L), (FLAG_N, uc.N), (FLAG_M, uc.M), (FLAG_WS, r"\s")):
-            for m in regex.finditer(f"(?:{cls})+", every, flags=regex.V1):
+        for bit, cls in ((FLAG_L, r"\p{L}"), (FLAG_N, r"\p{N}"), (FLAG_M, r"\p{M}"), (FLAG_WS, r"\s")):
+            for m in regex.finditer(f"{cls}+", every):
                 table[m.start() : m.end()] = bytes([bit]) * (m.end() - m.start())
+        # what llama.cpp's older tables leave unassigned is "other" (never whitespace)
+        for first, last in uc.NEWER_THAN_LLAMA_CPP:
+            table[first : last + 1] = bytes(last + 1 - first)
         _table = bytes(table)
     return _table

@@ -45,7 +45,7 @@ class BPEModel:
         unknown: Callable[[str], list[int]],
         ignore_merges: bool = False,
         special_piece: Callable[[str], list[int] | None] | None = None,
-        merger: Any = None,
+        merger: Callable[[], Any] | None = None,
     ) -> None:
         self.vocab = vocab
         self.ranks = ranks
@@ -53,8 +53,9 @@ class BPEModel:
         self.unknown = unknown
         self.ignore_merges = ignore_merges
         self.special_piece = special_piece
-        #: the C accelerator's Merger (same rule on token ids), or None
-        self.merger = merger
+        #: builds the C accelerator's Merger (same rule on token ids) on first use
+        self._merger_factory = merger
+        self.merger: Any = None
         self.cache: dict[str, list[int]] = {}
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
@@ -62,6 +63,9 @@ class BPEModel:
         cache = self.cache
         missing = set(pieces).difference(cache)
         if missing:
+            if self._merger_factory is not None:
+                # built on the first miss, not at load: `tokchat info` never pays for it
+                self.merger, self._merger_factory = self._merger_factory(), None
             if len(cache) + len(missing) > CACHE_LIMIT:
                 cache.clear()
             piece_ids = self.piece_ids

@@ -183,7 +183,7 @@ def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
 
     bpe = BPEModel(vocab, {m: r for r, m in enumerate(merges)}, to_byte_chars if byte_level else (lambda s: s),
                    unknown, ignore_merges=bool(model.get("ignore_merges")),
-                   merger=make_merger(merges, vocab, first_wins=False) if byte_level else None)
+                   merger=(lambda: make_merger(merges, vocab, first_wins=False)) if byte_level else None)
 
     def encode_fragment(text: str) -> list[int]:
         if normalize is not None:

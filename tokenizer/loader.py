@@ -105,7 +105,7 @@ def _bpe_parts(v: dict, merges: object, caches: list[dict]):
         return [t for t in found if t is not None]
 
     bpe = BPEModel(ids, _merges(v, merges), to_byte_chars, unknown, ignore_merges=ignore_merges,
-                   merger=make_merger(merges, ids, first_wins=True))
+                   merger=lambda: make_merger(merges, ids, first_wins=True))
     caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
 

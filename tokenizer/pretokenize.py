@@ -204,8 +204,9 @@ def make_pretokenizer(pre_type: str, accelerated: bool = True) -> PreTokenizer:
         raise TokenizerError(f"pre-tokenizer type {pre_type!r} is not supported")
     accel = accel_module() if accelerated else None
     if accel is not None and pre_type in SPLIT_MODES:
-        mode, table, split = SPLIT_MODES[pre_type], flag_table(), accel.split
-        return PreTokenizer(pre_type, lambda text: split(text, mode, table))
+        mode, split = SPLIT_MODES[pre_type], accel.split
+        # the flag table is built on the first split (once per process), not at load
+        return PreTokenizer(pre_type, lambda text: split(text, mode, flag_table()))
     fused = _FUSED.get(pre_type)
     if fused is None and len(PRE_TYPES[pre_type]) == 1:
         fused = PRE_TYPES[pre_type][0]
