@@ -13,9 +13,8 @@ GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
 ONE = SamplingParams(temperature=0, max_tokens=1, repeat_penalty=1.0)
 #: a hang guard only: cancel must end the iteration long before this
 HANG_GUARD_S = 10.0
-SYSTEM = ("<|im_start|>system\nYou are a concise assistant. You answer questions about geography, "
-          "history and science in one short sentence, without lists, without code and without "
-          "asking follow-up questions. If you do not know the answer, say so plainly.<|im_end|>\n")
+SYSTEM = ("<|im_start|>system\nYou are a concise assistant. Answer questions about geography "
+          "in one short sentence, without lists and without follow-up questions.<|im_end|>\n")
 
 
 def test_answers_a_real_prompt(backend, vocab):
@@ -82,7 +81,7 @@ def test_prefix_reuse_evaluates_only_new_ids(backend, vocab):
     else:
         # the reply's last id was yielded but never fed back: it is evaluated now
         assert backend.last_prompt_evaluated == new + 1
-    assert backend.last_prompt_evaluated < len(second) // 2
+        assert backend.last_prompt_evaluated < len(second) // 2
     # regenerate: the same prompt again evaluates (almost) nothing
     list(backend.generate(second, ONE, {vocab.eos}))
     assert backend.last_prompt_evaluated <= (32 if backend.info.backend == "openvino" else 1)

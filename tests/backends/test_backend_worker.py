@@ -1,0 +1,101 @@
+"""The generation worker: one engine thread, a queue to the caller, prompt cancel."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from backends.base import BackendError
+from backends.mlx_gguf import map_name
+from backends.worker import GenerationWorker
+
+
+def slow_job(n: int, delay: float, log: list[str]):
+    def job(emit, cancelled):
+        for i in range(n):
+            if cancelled():
+                log.append("engine saw cancel")
+                return
+            time.sleep(delay)
+            emit(i)
+        log.append("engine finished")
+
+    return job
+
+
+def test_ids_flow_in_order_on_one_thread():
+    worker = GenerationWorker("test")
+    threads = set()
+
+    def job(emit, cancelled):
+        threads.add(threading.current_thread().name)
+        for i in range(5):
+            emit(i)
+
+    assert list(worker.stream(job)) == [0, 1, 2, 3, 4]
+    assert list(worker.stream(job)) == [0, 1, 2, 3, 4]
+    assert threads == {"tokchat-test"}
+    worker.close()
+
+
+def test_cancel_ends_the_callers_iteration_while_the_engine_is_busy():
+    worker = GenerationWorker("test")
+    log: list[str] = []
+
+    def stuck(emit, cancelled):
+        emit(1)
+        while not cancelled():  # an engine call that checks only now and then
+            time.sleep(0.3)
+        log.append("engine stopped")
+
+    got = []
+    for token in worker.stream(stuck):
+        got.append(token)
+        threading.Thread(target=worker.cancel).start()
+    assert got == [1]
+    # the next job waits for the engine to finish the cancelled one
+    assert list(worker.stream(slow_job(2, 0, log))) == [0, 1]
+    assert log == ["engine stopped", "engine finished"]
+    worker.close()
+
+
+def test_breaking_out_of_the_loop_stops_the_engine():
+    worker = GenerationWorker("test")
+    log: list[str] = []
+    for token in worker.stream(slow_job(1000, 0.001, log)):
+        if token == 3:
+            break
+    assert worker.wait_idle(10)
+    assert log == ["engine saw cancel"]
+    worker.close()
+
+
+def test_engine_errors_reach_the_caller_as_backend_errors():
+    worker = GenerationWorker("test")
+
+    def broken(emit, cancelled):
+        emit(7)
+        raise ValueError("decode failed: -3")
+
+    got = []
+    with pytest.raises(BackendError, match="decode failed: -3"):
+        for token in worker.stream(broken):
+            got.append(token)
+    assert got == [7]
+    assert worker.call(lambda: 42) == 42
+    with pytest.raises(KeyError):
+        worker.call(lambda: {}["missing"])
+    worker.close()
+    with pytest.raises(BackendError, match="closed"):
+        list(worker.stream(slow_job(1, 0, [])))
+
+
+def test_gguf_tensor_names_map_to_mlx_lm_modules():
+    assert map_name("blk.3.attn_q.scales") == "model.layers.3.self_attn.q_proj.scales"
+    assert map_name("blk.0.ffn_norm.weight") == "model.layers.0.post_attention_layernorm.weight"
+    assert map_name("blk.11.attn_k.bias") == "model.layers.11.self_attn.k_proj.bias"
+    assert map_name("token_embd.biases") == "model.embed_tokens.biases"
+    assert map_name("output.weight") == "lm_head.weight"
+    with pytest.raises(BackendError, match="unexpected tensor 'blk.0.ssm_conv1d.weight'"):
+        map_name("blk.0.ssm_conv1d.weight")
