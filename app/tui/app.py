@@ -91,6 +91,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self._meter_base = 0
         self._streamed = 0
         self._errors: list[str] = []
+        self._buffer: EventBuffer | None = None
         self._draft_timer: Timer | None = None
         self.init_history(store)
         if options.theme:
@@ -236,7 +237,10 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
 
     def update_draft(self) -> None:
         """Tokenize the draft for the meter (debounced)."""
-        text = self.prompt_input.text
+        boxes = self.query(PromptInput)
+        if not boxes:
+            return  # the app is closing
+        text = boxes.first().text
         if self.session is None or text.lstrip().startswith("/") or self.generating:
             self.meter.draft = 0
             return
@@ -253,15 +257,17 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         session = self.session
         self._meter_base = session.context_used + (session.draft_tokens(user_text) if user_text else 0)
         self._streamed = 0
+        self._prompt_before = getattr(session, "last_prompt", None)
         self._errors = []
         self.meter.draft = 0
         self.meter.used = self._meter_base
         self.reply = await self.chat_view.add_assistant()
         buffer = EventBuffer(lambda: self.post_message(self.ReplyArrived(buffer)))
+        self._buffer = buffer
         self.generating = True
         self._generate(make_events, buffer)
 
-    @work(thread=True, exclusive=True, group="generate")
+    @work(thread=True, group="generate")
     def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer) -> None:
         from app.session import ReplyEvent
 
@@ -271,14 +277,11 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
              lambda exc: ReplyEvent("error", text=error_text(exc)))
 
     async def on_chat_app_reply_arrived(self, message: ReplyArrived) -> None:
+        if message.buffer is not self._buffer:
+            return  # the last wake-up of a generation that has already been finished
         drained = message.buffer.drain()
         reply = self.reply
-        if reply is None:
-            if drained.finished:
-                self.generating = False
-                self.update_meter()
-                self.update_draft()
-            return
+        assert reply is not None
         for kind, text in drained.chunks:
             if kind == "content":
                 await reply.add_content(text)
@@ -290,20 +293,26 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
                 await self.chat_view.add_notice(text, "warning")
                 self.chat_view.move_child(self.chat_view.children[-1], before=reply)
         self._streamed += drained.text_events
+        prompt = getattr(self.session, "last_prompt", None)
+        if prompt is not None and prompt is not self._prompt_before:
+            self._meter_base = len(prompt.ids)  # this turn's prompt is built: its exact size
         self.meter.used = self._meter_base + self._streamed
         for error in drained.errors:
             self._errors.append(error)
             self.notify(error, title="Generation failed", severity="error", timeout=8)
-        if drained.done is not None or drained.finished:
-            self.reply = None
-            stats = drained.done.stats if drained.done is not None else None
-            stats = self.stats_filter(stats) if stats is not None else None
-            await reply.finish(stats, error="; ".join(self._errors) or None)
-            self.reply_finished(reply)
-        if drained.finished:
-            self.generating = False
-            self.update_meter()
-            self.update_draft()
+        if drained.done is None and not drained.finished:
+            return
+        # "done" is the session's last word (the reply is committed): the turn is over for the
+        # UI even if the worker thread has not quite returned yet
+        self._buffer = None
+        self.reply = None
+        stats = drained.done.stats if drained.done is not None else None
+        stats = self.stats_filter(stats) if stats is not None else None
+        await reply.finish(stats, error="; ".join(self._errors) or None)
+        self.reply_finished(reply)
+        self.generating = False
+        self.update_meter()
+        self.update_draft()
 
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it."""

@@ -94,7 +94,10 @@ class CommandsMixin:
         self.notify(f"Thinking {'on' if value else 'off'}")
 
     async def _sampling(self, name: str, arg: str) -> None:
-        session = self._need_session(name)
+        # allowed while a reply streams: a turn copies the sampling settings when it starts
+        session = self.session
+        if session is None:
+            raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
         session.sampling = apply_sampling(session.sampling, name, arg)
         self.notify(f"{SAMPLING[name]} = {getattr(session.sampling, SAMPLING[name])}")
 

@@ -91,6 +91,8 @@ def pump(events: Iterable[Any], buffer: EventBuffer, is_cancelled: Callable[[], 
     try:
         for event in iterator:
             buffer.push(event)
+            if event.kind == "done":
+                continue  # the turn is over: a late cancel must not reach the session's next turn
             if not asked and is_cancelled():
                 asked = True
                 cancel()

@@ -1,0 +1,111 @@
+"""End to end in a real terminal: ``tokchat`` inside tmux, driven with send-keys, read with capture-pane.
+
+The counts on screen are checked against the TurnStats the app recorded in
+its history database (a temporary one), so this proves the real terminal
+shows the real accounting; then Esc stops a long reply, and Ctrl+Q quits.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.store import ChatStore
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+STATS = re.compile(r"prompt (\d+) new / (\d+) total · completion (\d+) · reasoning (\d+)")
+
+
+class Tmux:
+    """One detached tmux session on a private socket."""
+
+    def __init__(self, tmp: Path) -> None:
+        if shutil.which("tmux") is None:
+            raise AssertionError("tmux is not installed: apt-get install tmux")
+        self.socket = str(tmp / "tmux.sock")
+        self.name = f"tokchat-{uuid.uuid4().hex[:8]}"
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", self.name)
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", self.name, *keys)
+
+    def wait(self, predicate, timeout_s: float, what: str) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the screen was:\n{screen}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
+
+
+def test_tokchat_in_tmux(tmp_path, smollm_path):
+    tmux = Tmux(tmp_path)
+    env = {**os.environ, "TOKCHAT_DATA_DIR": str(tmp_path / "data"), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "TERM": "xterm-256color", "PYTHONPATH": str(ROOT)}
+    command = (f"{sys.executable} -m app --model {smollm_path} --backend cpu --ctx 2048 "
+               f"--temperature 0 --max-tokens 12; echo TOKCHAT-EXITED $?; sleep 30")
+    subprocess.run(["tmux", "-S", tmux.socket, "new-session", "-d", "-s", tmux.name, "-x", "110", "-y", "34",
+                    command], check=True, env=env, cwd=tmp_path)
+    try:
+        tmux.wait(lambda s: "llama.cpp on CPU" in s and "ctx 2048" in s, 90, "the model to load")
+        tmux.keys("-l", "What is the capital of France?")
+        tmux.wait(lambda s: "ctx 0+" in s, 20, "the meter to count the draft")
+        tmux.keys("Enter")
+        screen = tmux.wait(lambda s: STATS.search(s) is not None, 120, "the reply's token counts")
+
+        with ChatStore(tmp_path / "data" / "history.sqlite3") as store:
+            conversation = store.load(store.last_conversation_id())
+        reply = conversation.messages[-1]
+        shown = STATS.search(screen).groups()
+        assert tuple(map(int, shown)) == (reply.stats["new_prompt_tokens"], reply.stats["prompt_tokens"],
+                                          reply.stats["completion_tokens"], reply.stats["reasoning_tokens"])
+        assert f"ctx {reply.stats['context_used']} / 2048" in screen
+        first_words = reply.content.split()[0]
+        assert first_words in screen
+
+        # a long reply, stopped with Esc: marked on screen, partial text kept.  Each step waits
+        # for the screen, as a person would: keys sent in one burst read as a paste.
+        tmux.keys("-l", "/max_tokens 400")
+        tmux.wait(lambda s: "/max_tokens 400" in s, 10, "the command in the prompt box")
+        tmux.keys("Enter")
+        tmux.wait(lambda s: "max_tokens = 400" in s, 10, "the command's confirmation")
+        story = "Write a very long story about a dragon who learns to cook."
+        tmux.keys("-l", story)
+        tmux.wait(lambda s: story in s, 10, "the prompt in the box")
+        tmux.keys("Enter")
+        tmux.wait(lambda s: "esc Stop" in s, 30, "the reply to start")
+        tmux.wait(lambda s: re.search(r"█ \S+", s.split(story, 1)[-1].split("╭", 1)[0]) is not None, 120,
+                  "the first words of the reply")
+        tmux.keys("Escape")
+        screen = tmux.wait(lambda s: "⏹ stopped" in s, 30, "the stopped marker")
+        assert "cancelled" in screen
+        with ChatStore(tmp_path / "data" / "history.sqlite3") as store:
+            stopped = store.load(store.last_conversation_id()).messages[-1]
+        assert stopped.finish_reason == "cancelled" and stopped.content.strip()
+        assert stopped.content.split()[0] in screen.split(story, 1)[-1]
+
+        tmux.keys("C-q")
+        screen = tmux.wait(lambda s: "TOKCHAT-EXITED" in s, 20, "tokchat to quit")
+        assert "TOKCHAT-EXITED 0" in screen
+    finally:
+        tmux.kill()
