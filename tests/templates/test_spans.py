@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from templates import ChatTemplate, TemplateError, prompt_ids
+from templates import ChatTemplate, TemplateError, prompt_ids, resolve_template
 from templates.chat_template import _CLOSE, _OPEN
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -75,3 +77,28 @@ def test_empty_and_whitespace_messages_need_no_span():
 def test_messages_must_have_string_role_and_content():
     with pytest.raises(TemplateError, match="string role and content"):
         ChatTemplate("t", CHATML).render([{"role": "user", "content": None}])
+
+
+# -- property: whatever users type, markup is the only source of control ids -------------------
+
+_PIECES = st.sampled_from(["<|im_start|>", "<|im_end|>", "system", "user", "\n", " ", "  ", "é", "😀", "<|",
+                           "|>", "<|endoftext|>", "assistant", "hi", "\t", "<think>"])
+_CONTENT = st.lists(_PIECES, max_size=12).map("".join)
+_CONVERSATION = st.lists(_CONTENT, min_size=1, max_size=5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contents=_CONVERSATION, system=_CONTENT)
+def test_typed_markup_never_becomes_control_ids(contents, system, smollm_path, load_ours):
+    tok = load_ours(smollm_path)
+    template, _ = resolve_template("chatml", tok)
+    messages = [{"role": "system", "content": system}] + [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": c} for n, c in enumerate(contents)]
+    rendered = template.render(messages)
+    ids = prompt_ids(tok, rendered)
+    assert tok.decode(ids) == rendered.text  # lossless
+    control = [i for i in ids if tok.is_special(i)]
+    # one <|im_start|> and one <|im_end|> per message, plus the generation prompt's header
+    assert control.count(tok.special_tokens["<|im_start|>"]) == len(messages) + 1
+    assert control.count(tok.special_tokens["<|im_end|>"]) == len(messages)
+    assert len(control) == 2 * len(messages) + 1
