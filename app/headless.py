@@ -59,6 +59,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
         print(f"tokchat: {notice}", file=err)
     prompt = options.prompt or ""
     if recorder is not None:
+        # model name and template are known only now that the model is loaded
+        recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
         recorder.on_user(ChatMessage("user", prompt))
     status = 0
     wrote_content = False

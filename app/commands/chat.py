@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the bundled SmolLM2-135M-Instruct)")
     add("--prompt", "-p", help="answer one prompt headless, streaming to stdout (or pipe the prompt on stdin)")
     add("--system", "-s", help="system prompt")
-    add("--template", choices=["auto", "model", "chatml", "llama3", "gemma"],
+    add("--template", choices=["auto", "model", "chatml", "chatml-think", "llama3", "gemma"],
         help="chat template (default auto: the model's own if it renders, else the detected family)")
     add("--template-file", help="a Jinja chat template file to use instead")
     add("--backend", choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx"],
