@@ -59,22 +59,33 @@ class BPEModel:
         self.cache: dict[str, list[int]] = {}
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
-        """Ids for a list of pieces, in order (the hot path of ``Tokenizer.encode``)."""
+        """Ids for a list of pieces, in order (the hot path of ``Tokenizer.encode``).
+
+        Safe to call from several threads: another thread may clear the
+        shared cache at any moment, so new pieces are also kept locally.
+        """
         cache = self.cache
         missing = set(pieces).difference(cache)
+        fresh: dict[str, list[int]] = {}
         if missing:
             if self._merger_factory is not None:
                 # built on the first miss, not at load: `tokchat info` never pays for it
                 self.merger, self._merger_factory = self._merger_factory(), None
-            if len(cache) + len(missing) > CACHE_LIMIT:
-                cache.clear()
             piece_ids = self.piece_ids
-            for piece in missing:
-                cache[piece] = piece_ids(piece)
+            fresh = {piece: piece_ids(piece) for piece in missing}
+            if len(cache) + len(fresh) > CACHE_LIMIT:
+                cache.clear()
+            cache.update(fresh)
         out: list[int] = []
         extend = out.extend
-        for ids in map(cache.__getitem__, pieces):
-            extend(ids)
+        try:
+            for ids in map(cache.__getitem__, pieces):
+                extend(ids)
+        except KeyError:  # the cache was cleared under us: redo this call without it
+            out = []
+            for piece in pieces:
+                ids = fresh.get(piece)
+                out.extend(ids if ids is not None else self.piece_ids(piece))
         return out
 
     def piece_ids(self, piece: str) -> list[int]:
