@@ -189,6 +189,29 @@ def main() -> int:
               f"| {ours_cold_speed / speed[('HF tokenizers', 'cold')]:.2f}x "
               f"| {ours_cold_speed / speed[('llama.cpp', '-')]:.2f}x "
               f"| {', '.join('100%' if ok else 'DIFFERS' for ok in parity.values())} |")
+    print("\n## tokchat vs llama.cpp on other vocabularies (English prose + Python code, cold, MB/s)\n")
+    print("| vocabulary | kind | tokchat | llama.cpp | ratio | parity |")
+    print("|---|---|---|---|---|---|")
+    mixed = texts["English prose"][: size // 2] + texts["Python code"][: size // 2]
+    others = [("SmolLM2 (smollm)", asset_path("smollm2.gguf")),
+              ("Llama 3 (llama-bpe)", asset_path("llama.cpp-models") / "ggml-vocab-llama-bpe.gguf"),
+              ("Gemma 3 (SentencePiece)", asset_path("gemma3-270m.gguf"))]
+    for label, path in others:
+        tok = load_tokenizer(path)
+        ref = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+        same = tok.encode(mixed) == ref.tokenize(mixed.encode("utf-8"), add_bos=False, special=False)
+
+        def cold(tok=tok):
+            tok.clear_cache()
+            tok.encode(mixed)
+
+        t_ours = best_of(cold, repeats)
+        t_ref = best_of(lambda ref=ref: ref.tokenize(mixed.encode("utf-8"), add_bos=False, special=False), repeats)
+        mb = len(mixed.encode("utf-8")) / 1e6
+        print(f"| {label} | {tok.kind} | {mb / t_ours:.2f} | {mb / t_ref:.2f} | {t_ref / t_ours:.2f}x "
+              f"| {'100%' if same else 'DIFFERS'} |")
+        ref.close()
+
     print(f"\nLoad (first tokenizer in the process, incl. one-time tables): tokchat {load_ours:.2f} s (GGUF), "
           f"HF {load_hf:.2f} s (tokenizer.json), llama.cpp {load_llama:.2f} s (GGUF, vocab only).")
     from tokenizer.accel import accel_module
