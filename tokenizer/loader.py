@@ -166,7 +166,7 @@ def _spm_parts(v: dict):
     scores = v["scores"]
     if scores is None:
         scores = [0.0] * len(v["tokens"])
-    spm = SPMModel(v["ids"], scores)
+    spm = SPMModel(v["ids"], scores, tokens=v["tokens"])
     prefix = " " if v["add_space_prefix"] else ""
 
     def encode_fragment(text: str) -> list[int]:

@@ -44,11 +44,20 @@ class SpecialToken:
 
 def _overlaps(starts: list[int], ends: list[int], lo: int, hi: int) -> bool:
     """Does [lo, hi) intersect any of the sorted, disjoint intervals?"""
+    return _blocked_until(starts, ends, lo, hi) >= 0
+
+
+def _blocked_until(starts: list[int], ends: list[int], lo: int, hi: int) -> int:
+    """End of the leftmost interval intersecting [lo, hi), or -1.
+
+    Every same-length occurrence starting before that end also intersects
+    it, so a search can resume there instead of at ``lo + 1``.
+    """
     k = bisect.bisect_right(starts, lo) - 1
     if k >= 0 and ends[k] > lo:
-        return True
+        return ends[k]
     k += 1
-    return k < len(starts) and starts[k] < hi
+    return ends[k] if k < len(starts) and starts[k] < hi else -1
 
 
 def _normalize_spans(spans: Sequence[tuple[int, int]], n: int) -> tuple[list[int], list[int]]:
@@ -108,8 +117,11 @@ class LlamaSpecialSplitter:
                 if m < 0:
                     break
                 end = m + size
-                if _overlaps(starts, ends, m, end) or (span_starts and _overlaps(span_starts, span_ends, m, end)):
-                    pos = m + 1
+                blocked = _blocked_until(starts, ends, m, end)
+                if blocked < 0 and span_starts:
+                    blocked = _blocked_until(span_starts, span_ends, m, end)
+                if blocked >= 0:
+                    pos = blocked
                     continue
                 if tok.lstrip:
                     # strip back to the start of this fragment (previous carve or text start)

@@ -12,20 +12,41 @@ keeps a fragment of n characters at O(n log n).
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
+from tokenizer.accel import accel_module
 from tokenizer.errors import TokenizerError
+
+
+def _make_merger(tokens: list[str], scores: list[float]) -> Any:
+    accel = accel_module()
+    if accel is None or not hasattr(accel, "SPMMerger"):
+        return None
+    try:
+        return accel.SPMMerger(tokens, list(scores))
+    except (ValueError, TypeError, UnicodeError):
+        return None
 
 
 class SPMModel:
     """Score-driven merging over whole fragments; ``vocab`` maps text -> id, ``scores[id]`` its score."""
 
-    def __init__(self, vocab: dict[str, int], scores: list[float]) -> None:
+    def __init__(self, vocab: dict[str, int], scores: list[float], tokens: list[str] | None = None) -> None:
         self.vocab = vocab
         self.scores = scores
         self._byte_ids: dict[int, int] = {}
+        #: the C accelerator's SPMMerger (same procedure), built on first use when available
+        self._tokens = tokens
+        self.merger: Any = None
 
     def encode_fragment(self, text: str) -> list[int]:
         """Ids for ``text`` (already escaped: spaces are ``▁``)."""
+        if self._tokens is not None:
+            self.merger, self._tokens = _make_merger(self._tokens, self.scores), None
+        if self.merger is not None:
+            ids = self.merger.encode(text)
+            if ids is not None:
+                return ids
         n = len(text)
         if n == 0:
             return []

@@ -19,10 +19,11 @@ from tokenizer.pretokenize import make_pretokenizer
 TEXTS = corpus() + ["a" * 10000, base64_blob(20_000), "中文" * 400]
 
 
-@pytest.fixture(scope="module", params=["qwen", "smollm", "qwen-json", "llama-bpe"])
-def pair(request, qwen_path, smollm_path, qwen_tokenizer_dir, llamacpp_models_dir):
-    path = {"qwen": qwen_path, "smollm": smollm_path, "qwen-json": qwen_tokenizer_dir,
-            "llama-bpe": llamacpp_models_dir / "ggml-vocab-llama-bpe.gguf"}[request.param]
+@pytest.fixture(scope="module", params=["qwen", "smollm", "qwen-json", "llama-bpe", "gemma", "phi-3"])
+def pair(request, qwen_path, smollm_path, gemma_path, qwen_tokenizer_dir, llamacpp_models_dir):
+    path = {"qwen": qwen_path, "smollm": smollm_path, "qwen-json": qwen_tokenizer_dir, "gemma": gemma_path,
+            "llama-bpe": llamacpp_models_dir / "ggml-vocab-llama-bpe.gguf",
+            "phi-3": llamacpp_models_dir / "ggml-vocab-phi-3.gguf"}[request.param]
     mp = pytest.MonkeyPatch()
     mp.setenv("TOKCHAT_NO_ACCEL", "1")
     pure = load_tokenizer(path)
