@@ -9,6 +9,8 @@ history sidebar live in :mod:`app.tui.commands` and :mod:`app.tui.history`.
 """
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -92,6 +94,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self._streamed = 0
         self._errors: list[str] = []
         self._buffer: EventBuffer | None = None
+        self._generation_thread: threading.Thread | None = None
         self._draft_timer: Timer | None = None
         self.init_history(store)
         if options.theme:
@@ -272,6 +275,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         from app.session import ReplyEvent
 
         worker = get_current_worker()
+        self._generation_thread = threading.current_thread()
         session = self.session
         pump(make_events(), buffer, lambda: worker.is_cancelled, session.cancel,
              lambda exc: ReplyEvent("error", text=error_text(exc)))
@@ -317,6 +321,19 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it."""
         self.record_reply()
+
+    async def on_unmount(self) -> None:
+        """Quit: stop a reply still streaming (kept as cancelled), then close history and engine.
+
+        The engine must outlive its generation thread, or the process can crash on exit.
+        """
+        thread = self._generation_thread
+        if thread is not None and thread.is_alive():
+            self.session.cancel()
+            await asyncio.to_thread(thread.join, 30)
+        self.close_history()
+        if self.chat is not None:
+            self.chat.backend.close()
 
     # -------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -106,7 +106,7 @@ class HistoryMixin:
         if self.recorder is not None:
             self.recorder.start_new(system=self.session.system_prompt if self.session else self.options.system)
 
-    def on_unmount(self) -> None:
+    def close_history(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
 

@@ -7,7 +7,7 @@ the session kept.
 from __future__ import annotations
 
 import pytest
-from conftest import SIZE, send, wait_for, wait_loaded, wait_reply
+from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
 from app.tui.format import stats_line
 from app.tui.widgets.assistant_message import AssistantMessage

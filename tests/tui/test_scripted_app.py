@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SIZE, send, wait_for, wait_loaded, wait_reply
+from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
 from app.tui.format import stats_line
 from app.tui.widgets.assistant_message import AssistantMessage
@@ -196,3 +196,37 @@ async def test_history_sidebar_resume_rename_delete(scripted_app, store):
         await pilot.press("y")
         await pilot.pause()
         assert store.list_conversations() == []
+
+
+async def test_a_long_stored_conversation_opens_a_page_at_a_time(scripted_app, store):
+    from app.session import ChatMessage, TurnStats
+    from app.tui.widgets.chat_view import PAGE
+    from app.tui.widgets.earlier_messages import EarlierMessages
+
+    conv = store.new_conversation("smollm2.gguf", "chatml", "", {})
+    for n in range(15):
+        store.add_message(conv, ChatMessage("user", f"question {n}"))
+        store.add_message(conv, ChatMessage("assistant", f"answer {n}", stats=TurnStats(completion_tokens=3),
+                                            finish_reason="stop"))
+    app = scripted_app(["next"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await app.resume_conversation(conv)
+        await pilot.pause()
+        assert len(app.session.messages) == 30  # the session has everything ...
+        assert len(app.query(UserMessage)) + len(app.query(AssistantMessage)) == PAGE  # ... the view a page
+        assert app.query_one(EarlierMessages).hidden == 30 - PAGE
+        app.chat_view.scroll_home(animate=False, immediate=True)  # the row is at the top
+        await pilot.pause()
+        await pilot.click(EarlierMessages)
+        await pilot.pause()
+        assert len(app.query(UserMessage)) + len(app.query(AssistantMessage)) == 2 * PAGE
+        app.query_one(EarlierMessages).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert [u.text for u in app.query(UserMessage)] == [f"question {n}" for n in range(15)]
+        assert not app.query(EarlierMessages)
+        await send(pilot, "one more")
+        await wait_reply(pilot)
+        assert app.query(AssistantMessage).last().content == "next"
+        assert len(store.load(conv).messages) == 32

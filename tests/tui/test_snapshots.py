@@ -8,7 +8,7 @@ after a deliberate change, and look at them.
 """
 from __future__ import annotations
 
-from conftest import SIZE, send, wait_loaded, wait_reply
+from tui_helpers import SIZE, send, wait_loaded, wait_reply
 
 from app.options import ChatOptions
 from app.tui.app import ChatApp

@@ -1,7 +1,9 @@
 """The scrolling conversation: user turns, replies and notices, newest at the bottom.
 
 Autoscroll is Textual's anchor: the view follows new text until the user
-scrolls up, and follows again once they scroll back to the bottom.
+scrolls up, and follows again once they scroll back to the bottom.  A
+resumed conversation shows its newest :data:`PAGE` messages; older ones
+come in a page at a time through :class:`EarlierMessages`.
 """
 from __future__ import annotations
 
@@ -9,8 +11,12 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from app.tui.widgets.assistant_message import AssistantMessage
+from app.tui.widgets.earlier_messages import EarlierMessages
 from app.tui.widgets.notice import Notice
 from app.tui.widgets.user_message import UserMessage
+
+#: messages mounted at once when a stored conversation opens, and per "show earlier"
+PAGE = 10
 
 WELCOME = (
     "Type a message and press Enter (Ctrl+J for a new line).  "
@@ -27,6 +33,7 @@ class ChatView(VerticalScroll):
     """
 
     def on_mount(self) -> None:
+        self._hidden: list = []  # older stored messages not mounted yet, oldest first
         self.anchor()
 
     async def show_welcome(self, text: str = WELCOME) -> None:
@@ -55,19 +62,37 @@ class ChatView(VerticalScroll):
         return widget
 
     async def show_messages(self, messages) -> None:
-        """Replace the view with a stored conversation, mounted in one batch."""
-        widgets = []
-        for message in messages:
-            if message.role == "user":
-                widgets.append(UserMessage(message.content))
-            elif message.role == "assistant":
-                widgets.append(AssistantMessage(content=message.content, reasoning=message.reasoning,
-                                                stats=message.stats, stored=True))
+        """Replace the view with a stored conversation: the newest page now, the rest on request."""
+        self._hidden = [m for m in messages if m.role in ("user", "assistant")]
         await self.remove_children()
-        await self.mount_all(widgets)
+        await self._show_page()
         self.scroll_end(animate=False, immediate=True)
 
+    async def _show_page(self) -> None:
+        page, self._hidden = self._hidden[-PAGE:], self._hidden[:-PAGE]
+        widgets = [self._stored_widget(m) for m in page]
+        for old in self.query(EarlierMessages):
+            await old.remove()
+        if self._hidden:
+            widgets.insert(0, EarlierMessages(len(self._hidden)))
+        if self.children:
+            await self.mount_all(widgets, before=0)
+        else:
+            await self.mount_all(widgets)
+
+    @staticmethod
+    def _stored_widget(message):
+        if message.role == "user":
+            return UserMessage(message.content)
+        return AssistantMessage(content=message.content, reasoning=message.reasoning,
+                                stats=message.stats, stored=True)
+
+    async def on_earlier_messages_requested(self, message: EarlierMessages.Requested) -> None:
+        message.stop()
+        await self._show_page()
+
     async def clear(self) -> None:
+        self._hidden = []
         await self.remove_children()
 
     def last_assistant(self) -> AssistantMessage | None:

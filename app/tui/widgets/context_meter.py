@@ -26,10 +26,13 @@ class ContextMeter(Static):
     ContextMeter.-full { background: $error-muted; }
     """
 
-    # layout=True: the text's width changes, so the footer must re-measure it
-    used: reactive[int] = reactive(0, layout=True)
-    draft: reactive[int] = reactive(0, layout=True)
-    limit: reactive[int] = reactive(0, layout=True)
+    # plain reactives: a per-token update repaints only this widget; the screen is laid out
+    # again only when the text's length changes (see _refresh_level)
+    used: reactive[int] = reactive(0)
+    draft: reactive[int] = reactive(0)
+    limit: reactive[int] = reactive(0)
+
+    _width = 0
 
     def render(self) -> str:
         if not self.limit:
@@ -37,6 +40,10 @@ class ContextMeter(Static):
         return meter_text(self.used, self.draft, self.limit)
 
     def _refresh_level(self) -> None:
+        width = len(self.render())
+        if width != self._width:
+            self._width = width
+            self.refresh(layout=True)
         level = meter_level(self.used + self.draft, self.limit)
         for name in ("ok", "warn", "full"):
             self.set_class(name == level, f"-{name}")
