@@ -9,7 +9,9 @@
  *       gpt2, llama3 (digits in threes), qwen2 (single digits), qwen35
  *       (marks join letters) and starcoder (digits isolated first).
  *       `flags` is a 0x110000-byte table: 1 letter, 2 number, 4 mark,
- *       8 whitespace, built in Python from llama.cpp's Unicode classes.
+ *       8 whitespace, built in Python from llama.cpp's Unicode classes (or
+ *       from plain `regex` classes for tokenizer.json, with MODE_FOLD_LONG_S
+ *       for its case-insensitive contractions).
  *
  *   SPMMerger(tokens, scores).encode(fragment) -> list[int] | None
  *       SentencePiece-style merging (highest score first, leftmost on
@@ -31,6 +33,8 @@
 
 enum { F_L = 1, F_N = 2, F_M = 4, F_WS = 8 };
 enum { MODE_GPT2 = 0, MODE_LLAMA3 = 1, MODE_QWEN2 = 2, MODE_QWEN35 = 3, MODE_STARCODER = 4 };
+/* or-ed into the mode for Hugging Face's "(?i:'s|...)": U+017F LONG S also matches 's' */
+enum { MODE_FOLD_LONG_S = 0x100 };
 
 typedef struct {
     int kind;
@@ -54,20 +58,21 @@ static inline int is_other(const Text *t, Py_ssize_t i, int letter_mask) {
     return i < t->n && !(fl(t, i) & (F_WS | F_N | letter_mask));
 }
 
-static Py_ssize_t contraction(const Text *t, Py_ssize_t i, int any_case) {
+static Py_ssize_t contraction(const Text *t, Py_ssize_t i, int any_case, int fold_long_s) {
     if (cp(t, i) != '\'' || i + 1 >= t->n) return 0;
     Py_UCS4 a = cp(t, i + 1), b = i + 2 < t->n ? cp(t, i + 2) : 0;
     if (any_case) {
         if (a < 128) a = (Py_UCS4)Py_TOLOWER((int)a);
         if (b && b < 128) b = (Py_UCS4)Py_TOLOWER((int)b);
     }
+    if (fold_long_s && a == 0x17F) a = 's'; /* (?i:'s) under Unicode simple case folding */
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
     return 0;
 }
 
 /* length of the piece starting at i (always >= 1) */
-static Py_ssize_t next_piece(const Text *t, Py_ssize_t i, int mode) {
+static Py_ssize_t next_piece(const Text *t, Py_ssize_t i, int mode, int fold_long_s) {
     Py_ssize_t n = t->n, j;
     Py_UCS4 c = cp(t, i);
     int f = fl(t, i);
@@ -75,7 +80,7 @@ static Py_ssize_t next_piece(const Text *t, Py_ssize_t i, int mode) {
     int llama_like = mode == MODE_LLAMA3 || mode == MODE_QWEN2 || mode == MODE_QWEN35;
 
     if (mode == MODE_STARCODER && (f & F_N)) return 1;
-    if ((j = contraction(t, i, llama_like))) return j;
+    if ((j = contraction(t, i, llama_like, fold_long_s))) return j;
     if (llama_like) {
         /* [^\r\n\p{L}\p{N}]?\p{L}+ */
         if (f & letters) {
@@ -135,6 +140,8 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
     int mode;
     Py_buffer flags;
     if (!PyArg_ParseTuple(args, "Uiy*", &text, &mode, &flags)) return NULL;
+    int fold_long_s = (mode & MODE_FOLD_LONG_S) != 0;
+    mode &= ~MODE_FOLD_LONG_S;
     if (flags.len < 0x110000 || mode < 0 || mode > MODE_STARCODER) {
         PyBuffer_Release(&flags);
         PyErr_SetString(PyExc_ValueError, "split: bad mode or flag table");
@@ -143,7 +150,7 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), flags.buf};
     PyObject *out = PyList_New(0);
     for (Py_ssize_t i = 0; out && i < t.n;) {
-        Py_ssize_t len = next_piece(&t, i, mode);
+        Py_ssize_t len = next_piece(&t, i, mode, fold_long_s);
         PyObject *piece = PyUnicode_Substring(text, i, i + len);
         if (!piece || PyList_Append(out, piece) < 0) {
             Py_XDECREF(piece);

@@ -21,9 +21,18 @@ from tokenizer import unicode_classes as uc
 
 #: pre-tokenizer type -> the C splitter's mode (types without one stay on regex)
 SPLIT_MODES = {"gpt2": 0, "llama3": 1, "qwen2": 2, "qwen35": 3, "starcoder": 4}
+#: or-ed into a mode for tokenizer.json's "(?i:'s|'t|...)": U+017F LONG S folds to "s"
+FOLD_LONG_S = 0x100
+#: tokenizer.json Split regexes the C splitter reproduces exactly (with FOLD_LONG_S, plain classes)
+HF_SPLIT_MODES = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+": 1 | FOLD_LONG_S,
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+": 2 | FOLD_LONG_S,
+}
 FLAG_L, FLAG_N, FLAG_M, FLAG_WS = 1, 2, 4, 8
 
-_table: bytes | None = None
+_tables: dict[bool, bytes] = {}
 
 
 def accel_module() -> ModuleType | None:
@@ -37,18 +46,22 @@ def accel_module() -> ModuleType | None:
     return _accel
 
 
-def flag_table() -> bytes:
-    """0x110000 bytes: 1 letter, 2 number, 4 mark, 8 whitespace, as llama.cpp classifies them."""
-    global _table
-    if _table is None:
+def flag_table(llama: bool = True) -> bytes:
+    """0x110000 bytes: 1 letter, 2 number, 4 mark, 8 whitespace.
+
+    ``llama=True``: as llama.cpp classifies them (its older Unicode tables);
+    ``llama=False``: as the ``regex`` module does (tokenizer.json patterns).
+    """
+    if llama not in _tables:
         every = array("I", range(0x110000)).tobytes().decode("utf-32-le", "surrogatepass")
         table = bytearray(0x110000)
         # the four classes are disjoint, so plain assignment per run is enough
         for bit, cls in ((FLAG_L, r"\p{L}"), (FLAG_N, r"\p{N}"), (FLAG_M, r"\p{M}"), (FLAG_WS, r"\s")):
             for m in regex.finditer(f"{cls}+", every):
                 table[m.start() : m.end()] = bytes([bit]) * (m.end() - m.start())
-        # what llama.cpp's older tables leave unassigned is "other" (never whitespace)
-        for first, last in uc.NEWER_THAN_LLAMA_CPP:
-            table[first : last + 1] = bytes(last + 1 - first)
-        _table = bytes(table)
-    return _table
+        if llama:
+            # what llama.cpp's older tables leave unassigned is "other" (never whitespace)
+            for first, last in uc.NEWER_THAN_LLAMA_CPP:
+                table[first : last + 1] = bytes(last + 1 - first)
+        _tables[llama] = bytes(table)
+    return _tables[llama]

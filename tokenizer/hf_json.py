@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import regex
 
+from tokenizer.accel import HF_SPLIT_MODES, accel_module, flag_table
 from tokenizer.bpe import BPEModel
 from tokenizer.bytelevel import from_byte_chars, to_byte_chars
 from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
@@ -96,6 +97,18 @@ def _regex_splitter(pattern: regex.Pattern[str], behavior: str) -> Step:
     return step_slow
 
 
+def _c_splitter(split: Callable[[str, int, bytes], list[str]], mode: int) -> Step:
+    """The C accelerator's hand-compiled version of a known Split regex (same pieces)."""
+
+    def step(pieces: list[str]) -> list[str]:
+        table = flag_table(llama=False)
+        if len(pieces) == 1:
+            return split(pieces[0], mode, table)
+        return [p for piece in pieces for p in split(piece, mode, table)]
+
+    return step
+
+
 def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
     """Pre-tokenizer steps, and whether a ByteLevel step (byte map) is present."""
     if spec is None:
@@ -112,6 +125,9 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
         if spec.get("invert"):
             raise TokenizerError("tokenizer.json Split with invert=true is not supported")
         pat = spec.get("pattern", {})
+        accel = accel_module()
+        if accel is not None and spec.get("behavior", "Isolated") == "Isolated" and pat.get("Regex") in HF_SPLIT_MODES:
+            return [_c_splitter(accel.split, HF_SPLIT_MODES[pat["Regex"]])], False
         if "Regex" in pat:
             compiled = regex.compile(pat["Regex"])
         elif "String" in pat:

@@ -16,12 +16,14 @@ from tokenizer import load_tokenizer
 from tokenizer.accel import SPLIT_MODES
 from tokenizer.pretokenize import make_pretokenizer
 
-TEXTS = corpus() + ["a" * 10000, base64_blob(20_000), "中文" * 400]
+TEXTS = corpus() + ["a" * 10000, base64_blob(20_000), "中文" * 400, "it'ſ, IT'S, 'ſt, ''ſ 'ſ"]
 
 
-@pytest.fixture(scope="module", params=["qwen", "smollm", "qwen-json", "llama-bpe", "gemma", "phi-3"])
-def pair(request, qwen_path, smollm_path, gemma_path, qwen_tokenizer_dir, llamacpp_models_dir):
+@pytest.fixture(scope="module",
+                params=["qwen", "smollm", "qwen-json", "llama32-json", "llama-bpe", "gemma", "phi-3"])
+def pair(request, qwen_path, smollm_path, gemma_path, qwen_tokenizer_dir, llama32_tokenizer_dir, llamacpp_models_dir):
     path = {"qwen": qwen_path, "smollm": smollm_path, "qwen-json": qwen_tokenizer_dir, "gemma": gemma_path,
+            "llama32-json": llama32_tokenizer_dir,
             "llama-bpe": llamacpp_models_dir / "ggml-vocab-llama-bpe.gguf",
             "phi-3": llamacpp_models_dir / "ggml-vocab-phi-3.gguf"}[request.param]
     mp = pytest.MonkeyPatch()

@@ -67,6 +67,7 @@ CONTRACTIONS = [
     "DON'T SHOUT, WE'LL HEAR YOU'RE THERE. I'M OK. IT'S 'S 'T 'RE 'VE 'M 'LL 'D",
     "It’s curly: don’t, we’ll, they’ve, I’m ’s ’t",
     "rock'n'roll 'quoted' ''double'' o'clock y'all ma'am",
+    "long s: it'ſ, IT'ſ 'ſt; Kelvin 'K",
 ]
 NFD = [
     unicodedata.normalize("NFD", "café résumé naïve Ångström über"),
