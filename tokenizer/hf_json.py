@@ -129,7 +129,10 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
         if accel is not None and spec.get("behavior", "Isolated") == "Isolated" and pat.get("Regex") in HF_SPLIT_MODES:
             return [_c_splitter(accel.split, HF_SPLIT_MODES[pat["Regex"]])], False
         if "Regex" in pat:
-            compiled = regex.compile(pat["Regex"])
+            try:
+                compiled = regex.compile(pat["Regex"])
+            except (regex.error, TypeError) as exc:
+                raise TokenizerError(f"tokenizer.json Split regex does not compile: {exc}") from None
         elif "String" in pat:
             compiled = regex.compile(regex.escape(pat["String"]))
         else:
@@ -163,9 +166,7 @@ def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(key):
             raise TokenizerError(f"{path}: BPE {key} is not supported")
-    vocab: dict[str, int] = dict(model.get("vocab") or {})
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
-    added = data.get("added_tokens") or []
+    vocab, merges, added = _checked_model(path, model, data.get("added_tokens") or [])
     size = max([*vocab.values(), *(a["id"] for a in added), -1]) + 1
     tokens = [""] * size
     for text, tid in vocab.items():
@@ -231,6 +232,33 @@ def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
             metadata={}, token_to_id=ids, source=str(path), caches=[bpe.cache],
         )
     )
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _checked_model(path: Path, model: dict, added: Any) -> tuple[dict[str, int], list[str], list[dict]]:
+    """Vocabulary, merges and added tokens, or a TokenizerError saying what is malformed."""
+    vocab = model.get("vocab") or {}
+    if not isinstance(vocab, dict) or not all(isinstance(k, str) and _is_id(v) for k, v in vocab.items()):
+        raise TokenizerError(f"{path}: model.vocab must map strings to non-negative integer ids")
+    merges = []
+    for m in model.get("merges") or []:
+        if isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m):
+            m = " ".join(m)
+        if not isinstance(m, str):
+            raise TokenizerError(f"{path}: model.merges entries must be \"a b\" strings or [a, b] pairs")
+        merges.append(m)
+    if not isinstance(added, list) or not all(
+        isinstance(a, dict) and _is_id(a.get("id")) and isinstance(a.get("content"), str) and a["content"]
+        for a in added
+    ):
+        raise TokenizerError(f"{path}: added_tokens entries need an integer id and non-empty content")
+    biggest = max([*vocab.values(), *(a["id"] for a in added), -1])
+    if biggest >= 4 * (len(vocab) + len(added)) + 1024:
+        raise TokenizerError(f"{path}: token id {biggest} is far beyond the {len(vocab) + len(added)} tokens listed")
+    return dict(vocab), merges, added
 
 
 def _chat_template(value: Any) -> str | None:

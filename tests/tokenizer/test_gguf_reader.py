@@ -162,3 +162,35 @@ def test_mutated_files_raise_only_gguf_error(edits, cut, insert):
         _parse(data)
     except GGUFError as err:  # the only exception allowed, and it must say where and what
         assert 0 <= err.offset <= len(data) and err.problem
+
+
+def _tiny_bpe() -> bytes:
+    return build_gguf([
+        ("tokenizer.ggml.model", "string", "gpt2"), ("tokenizer.ggml.pre", "string", "qwen2"),
+        ("tokenizer.ggml.tokens", "array:string", ["a", "b", "ab", "Ġ", "<|x|>"]),
+        ("tokenizer.ggml.token_type", "array:int32", [1, 1, 1, 1, 3]),
+        ("tokenizer.ggml.merges", "array:string", ["a b"]),
+        ("tokenizer.ggml.eos_token_id", "uint32", 4),
+    ])
+
+
+_TINY = _tiny_bpe()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, len(_TINY) - 1), st.integers(0, 255)), min_size=1, max_size=4))
+def test_mutated_tokenizer_files_load_or_raise_tokenizer_error(tmp_path_factory, edits):
+    data = bytearray(_TINY)
+    for pos, value in edits:
+        data[pos] = value
+    path = tmp_path_factory.mktemp("m") / "t.gguf"
+    path.write_bytes(bytes(data))
+    try:
+        tok = load_tokenizer(path)
+    except TokenizerError as err:  # GGUFError included: a message for the user, nothing else
+        assert str(err)
+        return
+    ids = tok.encode("ab a<|x|>", special=True)
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    tok.decode(ids)

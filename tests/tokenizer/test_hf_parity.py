@@ -72,7 +72,14 @@ def test_added_tokens_are_specials(json_dir):
         assert tok.decode([tid]) == added.content
 
 
-@pytest.mark.parametrize("bad", ['{"model": {"type": "WordPiece", "vocab": {}}}', "not json", "[]"])
+@pytest.mark.parametrize("bad", [
+    '{"model": {"type": "WordPiece", "vocab": {}}}', "not json", "[]",
+    '{"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}}',
+    '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}}',
+    '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "added_tokens": [{"id": 99999999999, "content": "x"}]}',
+    '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "added_tokens": [{"content": "x"}]}',
+    '{"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(("}}}',
+])
 def test_unsupported_tokenizer_json_is_a_clear_error(tmp_path, bad):
     from tokenizer import TokenizerError
 
