@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -94,7 +95,9 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self._streamed = 0
         self._errors: list[str] = []
         self._buffer: EventBuffer | None = None
-        self._generation_thread: threading.Thread | None = None
+        #: set when the current generation thread has returned (the engine may then be closed)
+        self._generation_done = threading.Event()
+        self._generation_done.set()
         self._draft_timer: Timer | None = None
         self.init_history(store)
         if options.theme:
@@ -268,17 +271,21 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         buffer = EventBuffer(lambda: self.post_message(self.ReplyArrived(buffer)))
         self._buffer = buffer
         self.generating = True
-        self._generate(make_events, buffer)
+        self._generation_done = threading.Event()
+        self._generate(make_events, buffer, self._generation_done)
 
     @work(thread=True, group="generate")
-    def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer) -> None:
+    def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer,
+                  done: threading.Event) -> None:
         from app.session import ReplyEvent
 
         worker = get_current_worker()
-        self._generation_thread = threading.current_thread()
         session = self.session
-        pump(make_events(), buffer, lambda: worker.is_cancelled, session.cancel,
-             lambda exc: ReplyEvent("error", text=error_text(exc)))
+        try:
+            pump(make_events(), buffer, lambda: worker.is_cancelled, session.cancel,
+                 lambda exc: ReplyEvent("error", text=error_text(exc)))
+        finally:
+            done.set()
 
     async def on_chat_app_reply_arrived(self, message: ReplyArrived) -> None:
         if message.buffer is not self._buffer:
@@ -327,10 +334,12 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
 
         The engine must outlive its generation thread, or the process can crash on exit.
         """
-        thread = self._generation_thread
-        if thread is not None and thread.is_alive():
+        done = self._generation_done
+        if not done.is_set():
             self.session.cancel()
-            await asyncio.to_thread(thread.join, 30)
+            deadline = time.monotonic() + 30
+            while not done.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
         self.close_history()
         if self.chat is not None:
             self.chat.backend.close()

@@ -230,3 +230,45 @@ async def test_a_long_stored_conversation_opens_a_page_at_a_time(scripted_app, s
         await wait_reply(pilot)
         assert app.query(AssistantMessage).last().content == "next"
         assert len(store.load(conv).messages) == 32
+
+
+async def test_old_turns_dropped_to_fit_are_announced(scripted_app, smollm_path):
+    from app.options import ChatOptions
+    from backends.base import SamplingParams
+
+    long_reply = "word " * 60
+    options = ChatOptions(model=str(smollm_path), sampling=SamplingParams(temperature=0, max_tokens=80))
+    app = scripted_app([long_reply], options=options, context_size=256)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        for n in range(3):
+            await send(pilot, f"turn {n}: " + "tell me more " * 5)
+            await wait_reply(pilot)
+        notices = [n.text for n in app.query(Notice) if n.kind == "warning"]
+        assert any(text.startswith("context full: left the") for text in notices), notices
+        stats = app.session.messages[-1].stats
+        assert stats.dropped_turns >= 1
+        shown = str(app.query(AssistantMessage).last().query_one(".stats").render())
+        assert f"dropped {stats.dropped_turns} old turn(s)" in shown
+        assert app.meter.used == app.session.context_used <= 256
+
+
+async def test_think_and_template_commands(scripted_app):
+    app = scripted_app(["fine"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "hello")
+        await wait_reply(pilot)
+        await send(pilot, "/think on")
+        assert app.session.enable_thinking is True
+        await send(pilot, "/think off")
+        assert app.session.enable_thinking is False
+        await send(pilot, "/template chatml")
+        assert app.session.template.name == "chatml"
+        assert [m.content for m in app.session.messages] == ["hello", "fine"]
+        assert "template chatml" in str(app.query_one("ModelBar").render())
+        await send(pilot, "/template nosuch")
+        assert app.session.template.name == "chatml"
+        await send(pilot, "again")
+        await wait_reply(pilot)
+        assert app.session.messages[-1].content == "fine"
