@@ -68,6 +68,10 @@ class RenderLimits:
 
 #: how many times ``max_chars`` a render may allocate in all, counting temporaries
 _ALLOCATION_FACTOR = 16
+#: largest integer (in bits) ``*`` and ``**`` may build: big-int arithmetic is one uninterruptible C call
+_MAX_INT_BITS = 1 << 16
+#: most paragraphs ``lipsum()`` may write (each call is one uninterruptible loop)
+_MAX_LIPSUM = 100
 _WIDTH_IN_FORMAT = re.compile(r"\d{7,}")  # a format width of a million or more
 _PADDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
@@ -120,6 +124,7 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
         self.filters["tokchat_guard_size"] = _guard_size_filter
         self.filters["tokchat_guard_output"] = _guard_output_filter
         self.globals["range"] = self._range
+        self.globals["lipsum"] = _bounded_lipsum
 
     # -- the current render's budget -------------------------------------------------------
 
@@ -133,6 +138,7 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
                 raise _LimitExceeded(f"argument {arg} is over the limit of {self.limits.max_int_arg}")
             if isinstance(arg, str) and len(arg) > self.limits.max_chars:
                 raise _LimitExceeded("a string argument is over the size limit")
+            _check_weight(self.limits, arg)
 
     def _spend(self, result: Any) -> Any:
         budget = self.budget
@@ -156,6 +162,10 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
                 _check_join(self.limits, args[1], args[2] if len(args) > 2 else kwargs.get("d", ""))
             if func.__name__ == "do_format" and args and _WIDTH_IN_FORMAT.search(str(args[0])):
                 raise _LimitExceeded("format width over the limit")
+            if func.__name__ == "do_wordwrap" and len(args) > 1 and len(str(args[1])) > self.limits.max_chars // 40:
+                raise _LimitExceeded("wordwrap input over the size limit")  # one slow call, no ticks inside
+            if func.__name__ == "do_indent" and args:
+                _check_indent(self.limits, args[0], args[1] if len(args) > 1 else kwargs.get("width", 4))
             return self._spend(func(*args, **kwargs))
 
         return guarded
@@ -199,6 +209,13 @@ class _GuardedEnvironment(ImmutableSandboxedEnvironment):
             raise _LimitExceeded("exponent over the limit")
         elif operator == "%" and isinstance(left, str) and _WIDTH_IN_FORMAT.search(left):
             raise _LimitExceeded("format width over the limit")
+        if operator in ("*", "**") and _is_int(left) and _is_int(right):
+            bits = left.bit_length() + right.bit_length() if operator == "*" else left.bit_length() * max(right, 0)
+            if bits > _MAX_INT_BITS:
+                raise _LimitExceeded("the template built an integer past the size limit")
+        if operator in ("+", "%"):
+            _check_weight(self.limits, left)
+            _check_weight(self.limits, right)
         return self._spend(self.binop_table[operator](left, right))
 
     def _range(self, *args: int) -> Iterator[int]:
@@ -221,15 +238,16 @@ class _GuardTransformer(NodeTransformer):
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
+        # each operand is weighed before ``~`` turns it into text (a shared-reference bomb)
+        node.nodes = [nodes.Filter(child, "tokchat_guard_size", [], [], None, None, lineno=node.lineno)
+                      for child in node.nodes]
         return nodes.Filter(node, "tokchat_guard_size", [], [], None, None, lineno=node.lineno)
 
     def visit_Output(self, node: nodes.Output) -> nodes.Node:
         self.generic_visit(node)
-        node.nodes = [
-            child if isinstance(child, nodes.TemplateData)
-            else nodes.Filter(child, "tokchat_guard_output", [], [], None, None, lineno=node.lineno)
-            for child in node.nodes
-        ]
+        # literal text counts too: a loop can repeat it, and a template can be megabytes of it
+        node.nodes = [nodes.Filter(child, "tokchat_guard_output", [], [], None, None, lineno=node.lineno)
+                      for child in node.nodes]
         return node
 
 
@@ -247,17 +265,74 @@ def _guard_iter_filter(env: _GuardedEnvironment, iterable: Any) -> Iterator[Any]
 
 @jinja2.pass_environment
 def _guard_size_filter(env: _GuardedEnvironment, value: Any) -> Any:
+    _check_weight(env.limits, value)
     return env._spend(value)
 
 
 @jinja2.pass_environment
 def _guard_output_filter(env: _GuardedEnvironment, value: Any) -> Any:
     """Counts everything written, also into ``{% set %}`` blocks and macro bodies."""
+    _check_weight(env.limits, value)
     budget = env.budget
     if budget is None:
         return env._spend(value)
     budget.tick()
     return budget.emit(value)
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset, jinja2.utils.Namespace)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_weight(limits: RenderLimits, value: Any) -> None:
+    """Refuse a container whose text form would be huge, before anything turns it into text.
+
+    ``dict(a=d, b=d)`` forty times over is forty small objects that print as
+    2**40 leaves: shared references count every time they are reached, as
+    ``str`` and ``tojson`` would reach them, but each object is weighed once.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return
+    memo: dict[int, int] = {}  # id -> weight, valid while ``value`` is alive (this call)
+
+    def weight(item: Any) -> int:
+        if isinstance(item, str):
+            return len(item) + 1
+        if not isinstance(item, _CONTAINERS):
+            return 1
+        known = memo.get(id(item))
+        if known is not None:
+            return known
+        if isinstance(item, dict):
+            total = 1 + sum(weight(k) + weight(v) for k, v in item.items())
+        elif isinstance(item, jinja2.utils.Namespace):
+            total = 1 + sum(weight(v) for v in item._Namespace__attrs.values())  # type: ignore[attr-defined]
+        else:
+            total = 1 + sum(weight(x) for x in item)
+        if total > limits.max_chars:
+            raise _LimitExceeded("the template built a value whose text would be over the size limit")
+        memo[id(item)] = total
+        return total
+
+    weight(value)
+
+
+def _check_indent(limits: RenderLimits, text: Any, width: Any) -> None:
+    per_line = len(width) if isinstance(width, str) else (width if _is_int(width) else 0)
+    if isinstance(text, str) and len(text) + per_line * (text.count("\n") + 1) > limits.max_chars:
+        raise _LimitExceeded("indent would build a value over the size limit")
+
+
+def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
+    """Jinja's ``lipsum`` with the paragraph count and lengths capped."""
+    from jinja2.utils import generate_lorem_ipsum
+
+    if not (_is_int(n) and _is_int(min) and _is_int(max)) or n > _MAX_LIPSUM or max > 1000:
+        raise _LimitExceeded(f"lipsum is capped at {_MAX_LIPSUM} paragraphs of 1000 words")
+    return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
 def _check_padding(limits: RenderLimits, receiver: str, name: str, args: tuple) -> None:

@@ -1,0 +1,58 @@
+"""Shared helpers for the hardening suite: child-process environments and guards.
+
+Every child process gets its own data, config and state folders under
+``tmp_path``, so a test never touches the user's history or logs.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_env(tmp_path: Path) -> dict[str, str]:
+    """An environment for ``python -m app`` whose every folder lies in ``tmp_path``."""
+    env = dict(os.environ)
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env[name] = str(tmp_path / "xdg" / name.lower())
+    env["TOKCHAT_DATA_DIR"] = str(tmp_path / "data")
+    env["TOKCHAT_CONFIG_DIR"] = str(tmp_path / "config")
+    env["PYTHONPATH"] = str(ROOT)
+    env["HF_HUB_OFFLINE"] = "1"
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def vm_size() -> int:
+    """This process's virtual memory size in bytes (Linux)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * resource.getpagesize()
+
+
+@contextmanager
+def address_space_cap(extra_bytes: int) -> Iterator[None]:
+    """Any allocation that would take this process ``extra_bytes`` past where it is now fails.
+
+    A reader that trusts an inflated length then raises MemoryError (not one
+    of the allowed errors) instead of quietly eating the machine.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + extra_bytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return child_env(tmp_path)
