@@ -3,14 +3,15 @@
 Every turn passes the whole conversation's ids to ``Llama.generate``, which
 keeps the longest common prefix of its KV cache and evaluates only the
 rest.  Long new suffixes are evaluated here first, ``PREFILL_CHUNK`` ids at a
-time, so a cancel is honoured between batches of a long prompt too.  The
-engine's own ``eval`` is wrapped to count the ids it really evaluated
+time, so a cancel is honoured between batches of a long prompt too.  A
+subclass of ``Llama`` counts the ids the engine's ``eval`` really evaluated
 (``last_prompt_evaluated`` is measured, not inferred).
 
 Not handled: multiple sequences, grammars, speculative decoding.
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 from pathlib import Path
@@ -44,6 +45,21 @@ def default_threads() -> int:
     return max(1, available_cpus() - 1)
 
 
+@functools.cache
+def _counting_llama_class():
+    """``llama_cpp.Llama`` that counts the ids its ``eval`` evaluates (built lazily: heavy import)."""
+    import llama_cpp
+
+    class CountingLlama(llama_cpp.Llama):
+        tokchat_evaluated = 0
+
+        def eval(self, tokens: Sequence[int]) -> None:
+            self.tokchat_evaluated += len(tokens)
+            super().eval(tokens)
+
+    return CountingLlama
+
+
 class LlamaCppBackend:
     """One GGUF model in llama.cpp; ``device`` says which offload the caller chose."""
 
@@ -54,7 +70,6 @@ class LlamaCppBackend:
         self.log_path: Path | None = None
         self._llm = None
         self._worker: GenerationWorker | None = None
-        self._evaluated = 0
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         try:
@@ -75,7 +90,7 @@ class LlamaCppBackend:
         self._worker = GenerationWorker("llama.cpp")
 
         def build():
-            return llama_cpp.Llama(
+            return _counting_llama_class()(
                 model_path=str(model_path), n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads,
                 n_threads_batch=threads, verbose=False,
             )
@@ -88,7 +103,6 @@ class LlamaCppBackend:
             raise BackendError(
                 f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
             ) from exc
-        self._wrap_eval()
         blocks = meta.kv.get(f"{meta.architecture}.block_count")
         offloaded = 0
         if gpu_layers != 0 and isinstance(blocks, int):
@@ -97,19 +111,8 @@ class LlamaCppBackend:
         self.info = BackendInfo(
             backend="llama.cpp", device=self.device, model_name=meta.name, quantization=meta.quantization,
             context_size=self._llm.n_ctx(), offloaded_layers=offloaded,
-            notes=[f"llama.cpp: {threads} threads, n_ctx {self._llm.n_ctx()}, log in {self.log_path}"],
+            notes=[f"llama.cpp: {threads} thread(s), n_ctx {self._llm.n_ctx()}, log in {self.log_path}"],
         )
-
-    def _wrap_eval(self) -> None:
-        """Count every id the engine evaluates: the prompt share is ``last_prompt_evaluated``."""
-        llm = self._llm
-        original = llm.eval
-
-        def counting_eval(tokens: Sequence[int]) -> None:
-            self._evaluated += len(tokens)
-            original(tokens)
-
-        llm.eval = counting_eval
 
     def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> None:
         """Evaluate all but the last new prompt id in batches, checking cancel between them.
@@ -151,10 +154,10 @@ class LlamaCppBackend:
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             llm = self._llm
-            self._evaluated = 0
+            llm.tokchat_evaluated = 0
             self._prefill(prompt, cancelled)
             if cancelled():
-                self.last_prompt_evaluated = self._evaluated
+                self.last_prompt_evaluated = llm.tokchat_evaluated
                 return
             llm.set_seed(seed)
             stream = llm.generate(
@@ -165,7 +168,7 @@ class LlamaCppBackend:
             try:
                 for token in stream:
                     if count == 0:
-                        self.last_prompt_evaluated = self._evaluated
+                        self.last_prompt_evaluated = llm.tokchat_evaluated
                     count += 1
                     emit(int(token))
                     # llm.n_tokens == n_ctx: the next id would not fit, so the reply ends here
@@ -174,7 +177,7 @@ class LlamaCppBackend:
             finally:
                 stream.close()
             if count == 0:
-                self.last_prompt_evaluated = self._evaluated
+                self.last_prompt_evaluated = llm.tokchat_evaluated
 
         return self._worker.stream(job)
 

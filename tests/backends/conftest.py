@@ -35,8 +35,10 @@ class Vocab:
 
 
 @pytest.fixture(scope="session")
-def vocab(smollm_path) -> Vocab:
-    return Vocab(smollm_path)
+def vocab(smollm_path):
+    vocab = Vocab(smollm_path)
+    yield vocab
+    vocab.llm.close()
 
 
 def _load(engine: str, path: Path, tmp_dir: Path):
