@@ -100,8 +100,6 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self._generation_done.set()
         self._draft_timer: Timer | None = None
         self.init_history(store)
-        if options.theme:
-            self.theme = options.theme
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -132,6 +130,12 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         return self.chat.session if self.chat else None
 
     async def on_mount(self) -> None:
+        if self.options.theme:
+            if self.options.theme in self.available_themes:
+                self.theme = self.options.theme
+            else:
+                self.notify(f"unknown theme {self.options.theme!r}; choose one with Ctrl+P > Change theme",
+                            severity="warning")
         await self.chat_view.show_welcome()
         self.prompt_input.focus()
         self.start_load()
@@ -158,10 +162,14 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
 
     async def on_chat_app_model_loaded(self, message: ModelLoaded) -> None:
         old, self.chat = self.chat, message.chat
-        if old is not None and old.backend is not message.chat.backend:
-            old.backend.close()
-        self.show_model()
         chat = message.chat
+        if old is not None:
+            # /model: the conversation goes on with the new model (re-tokenized by its tokenizer)
+            chat.session.set_system(old.session.system_prompt)
+            chat.session.load_messages(old.session.messages)
+            if old.backend is not chat.backend:
+                old.backend.close()
+        self.show_model()
         if chat.template_notice:
             await self.chat_view.add_notice(chat.template_notice, "warning")
         for note in getattr(chat.info, "notes", []):
@@ -182,6 +190,13 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
 
     async def on_chat_app_model_load_failed(self, message: ModelLoadFailed) -> None:
         bar = self.query_one(ModelBar)
+        if self.chat is not None:  # a /model that failed: the loaded model stays
+            self.show_model()
+            bar.state = "ready"
+            await self.chat_view.add_notice(f"Could not load the model: {message.error}\n"
+                                            "Still chatting with the model loaded before.", "error")
+            self.notify(message.error, title="Model not loaded", severity="error", timeout=8)
+            return
         bar.state = "failed"
         bar.text = "no model loaded"
         await self.chat_view.add_notice(
@@ -403,8 +418,4 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self.copy_to_clipboard(reply.content)
         self.notify(f"Copied the last reply ({len(reply.content)} characters)")
 
-
-def run_app(options: ChatOptions) -> int:
-    ChatApp(options).run()
-    return 0
 

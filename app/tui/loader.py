@@ -84,21 +84,26 @@ def scripted_loader(model_path: Path, replies: Sequence[str], *, delay_s: float 
                     fail_after: int | None = None, context_size: int = 2048) -> Loader:
     """A loader whose backend replays ``replies`` (cycled, one per turn) as our tokenizer's ids.
 
+    The tokenizer comes from ``options.model`` when set (so ``/model`` works), else ``model_path``.
+
     Each reply ends with the model's end-of-turn id, like a real model's.
     """
     from backends.scripted import ScriptedBackend
 
     def load(options: ChatOptions, progress: Progress) -> LoadedChat:
-        tokenizer, template, notice = _tokenizer_and_template(Path(model_path), options, progress)
+        path = Path(options.model) if options.model else Path(model_path)  # /model switches it
+        if not path.is_file():
+            raise FileNotFoundError(f"model not found: {path}")
+        tokenizer, template, notice = _tokenizer_and_template(path, options, progress)
         scripted: list[list[int]] = []
         turns = itertools.cycle(range(len(replies)))
         backend = ScriptedBackend(lambda _prompt: scripted[next(turns)], delay_s=delay_s,
                                   fail_after=fail_after, context_size=context_size)
-        backend.info.model_name = Path(model_path).stem
+        backend.info.model_name = path.stem
         backend.info.quantization = "scripted"
         session = _session(tokenizer, template, backend, options, context_size)
         stop = tokenizer.eos_id if tokenizer.eos_id in session.stop_ids else min(session.stop_ids)
         scripted.extend(tokenizer.encode(text) + [stop] for text in replies)
-        return LoadedChat(session, tokenizer, template, backend, Path(model_path), context_size, notice)
+        return LoadedChat(session, tokenizer, template, backend, path, context_size, notice)
 
     return load

@@ -272,3 +272,16 @@ async def test_think_and_template_commands(scripted_app):
         await send(pilot, "again")
         await wait_reply(pilot)
         assert app.session.messages[-1].content == "fine"
+
+
+async def test_model_command_failure_keeps_the_loaded_model(scripted_app, tmp_path):
+    app = scripted_app(["still here"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        loaded = app.chat
+        await send(pilot, f"/model {tmp_path / 'nope.gguf'}")
+        await wait_for(pilot, lambda: any("Still chatting" in n.text for n in app.query(Notice)), what="the notice")
+        assert app.chat is loaded and app.query_one("ModelBar").state == "ready"
+        await send(pilot, "hello")
+        await wait_reply(pilot)
+        assert app.query(AssistantMessage).last().content == "still here"
