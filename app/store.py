@@ -82,6 +82,35 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _ACTIVE_REPLIES: set[tuple[str, int]] = set()
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that stores text with lone surrogates (a terminal paste of broken bytes).
+
+    SQLite text is UTF-8 and a lone surrogate has no UTF-8 form, so sqlite3
+    raises UnicodeEncodeError.  Such a character is stored as U+FFFD for each
+    byte, which is also what the model saw (the tokenizer encodes it with
+    ``surrogatepass`` and those bytes decode to U+FFFD).  Only a failing
+    statement pays for the retry.
+    """
+
+    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:  # type: ignore[override]
+        try:
+            return super().execute(sql, parameters)
+        except UnicodeEncodeError:
+            return super().execute(sql, _valid_utf8(parameters))
+
+    def executemany(self, sql: str, seq: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        rows = list(seq)
+        try:
+            return super().executemany(sql, rows)
+        except UnicodeEncodeError:
+            return super().executemany(sql, [_valid_utf8(row) for row in rows])
+
+
+def _valid_utf8(parameters: Any) -> tuple:
+    return tuple(p.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if isinstance(p, str) else p
+                 for p in parameters)
+
+
 def default_db_path() -> Path:
     """``$TOKCHAT_DATA_DIR/history.sqlite3``, else the platform's user data directory."""
     override = os.environ.get("TOKCHAT_DATA_DIR")
@@ -126,7 +155,7 @@ class ChatStore:
                              f"{exc.strerror or exc}") from exc
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None,
-                                         check_same_thread=False)
+                                         check_same_thread=False, factory=_Connection)
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         try:

@@ -68,7 +68,33 @@ def _build_control_pattern(tokenizer: Any) -> "re.Pattern[str] | None":
     is_control = getattr(tokenizer, "is_special", None)
     texts = sorted((t for t, i in specials.items() if t and (is_control is None or is_control(i))),
                    key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, texts))) if texts else None
+    return re.compile(_trie_pattern(texts)) if texts else None
+
+
+def _trie_pattern(texts: Sequence[str]) -> str:
+    """One regex for ``texts`` shaped as a trie, matching the longest text at each position.
+
+    A flat ``a|b|c`` alternation tries every text at every position that
+    could start one; Gemma has 6,414 control texts, nearly all starting with
+    ``<``, so a paste of HTML took seconds per turn.  The trie tries one
+    branch per character, and a greedy ``(...)?`` after a complete text
+    still prefers the longer match, as the longest-first alternation did.
+    """
+    trie: dict = {}  # char -> subtrie; "" -> True where a text ends
+    for text in texts:
+        node = trie
+        for ch in text:
+            node = node.setdefault(ch, {})
+        node[""] = True
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
 
 
 def encode_part(tokenizer: Any, rendered: RenderedPrompt, start: int) -> list[int]:
