@@ -40,6 +40,8 @@ from app.tui.widgets.user_message import UserMessage
 
 #: how long typing must pause before the draft is re-tokenized for the meter
 DRAFT_DEBOUNCE_S = 0.15
+#: the shortest time between two updates of a streaming reply (30 per second)
+FRAME_S = 1 / 30
 
 
 def error_text(exc: BaseException) -> str:
@@ -95,6 +97,8 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         self._streamed = 0
         self._errors: list[str] = []
         self._buffer: EventBuffer | None = None
+        self._last_drain = 0.0
+        self._drain_pending = False
         #: set when the current generation thread has returned (the engine may then be closed)
         self._generation_done = threading.Event()
         self._generation_done.set()
@@ -305,7 +309,24 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
     async def on_chat_app_reply_arrived(self, message: ReplyArrived) -> None:
         if message.buffer is not self._buffer:
             return  # the last wake-up of a generation that has already been finished
-        drained = message.buffer.drain()
+        # at most one UI update per frame: a busy event loop holds the GIL, and the generation
+        # thread needs it for every token, so updating per token would slow the engine down
+        wait = self._last_drain + FRAME_S - time.monotonic()
+        if wait > 0:
+            if not self._drain_pending:
+                self._drain_pending = True
+                self.set_timer(wait, lambda: self._drain_later(message))
+            return
+        await self._drain(message.buffer)
+
+    async def _drain_later(self, message: ReplyArrived) -> None:
+        self._drain_pending = False
+        if message.buffer is self._buffer:
+            await self._drain(message.buffer)
+
+    async def _drain(self, buffer: EventBuffer) -> None:
+        self._last_drain = time.monotonic()
+        drained = buffer.drain()
         reply = self.reply
         assert reply is not None
         for kind, text in drained.chunks:
