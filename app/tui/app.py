@@ -57,13 +57,13 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
     CSS_PATH = "app.tcss"
     TITLE = "tokchat"
     BINDINGS = [
-        Binding("escape", "stop", "Stop"),
-        Binding("ctrl+r", "regenerate", "Regenerate"),
-        Binding("ctrl+g", "edit_last", "Edit last"),
-        Binding("ctrl+t", "toggle_thinking", "Thinking"),
-        Binding("ctrl+o", "copy_reply", "Copy reply"),
-        Binding("ctrl+b", "toggle_history", "History"),
-        Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("escape", "stop", "Stop", tooltip="stop the reply; the partial text is kept"),
+        Binding("ctrl+r", "regenerate", "Regen", tooltip="regenerate the last reply"),
+        Binding("ctrl+g", "edit_last", "Edit", tooltip="edit the last prompt and resend it"),
+        Binding("ctrl+t", "toggle_thinking", "Think", tooltip="show or hide the last thinking block"),
+        Binding("ctrl+o", "copy_reply", "Copy", tooltip="copy the last reply"),
+        Binding("ctrl+b", "toggle_history", "History", tooltip="stored conversations"),
+        Binding("ctrl+n", "new_chat", "New", tooltip="start a new conversation"),
     ]
 
     #: a reply is streaming

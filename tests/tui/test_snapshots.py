@@ -19,11 +19,15 @@ THINKING = "<think>The user wants 2+2. That is 4.</think>The answer is **4**."
 
 
 async def ready(pilot) -> None:
-    """Loaded, with the prompt focused and its cursor steadily shown (no blink phase in the frame)."""
+    """Loaded."""
     await wait_loaded(pilot)
-    pilot.app.prompt_input.focus()
+    await settle(pilot)
+
+
+async def settle(pilot) -> None:
+    """No widget focused, so no text cursor (and no blink phase) is in the frame."""
+    pilot.app.set_focus(None)
     await pilot.pause()
-    pilot.app.prompt_input.cursor_blink = False
     await pilot.pause()
 
 
@@ -36,6 +40,7 @@ def test_finished_reply_with_stats(snap_compare, scripted_app):
         await ready(pilot)
         await send(pilot, "Write add() in Python")
         await wait_reply(pilot)
+        await settle(pilot)
 
     assert snap_compare(scripted_app([REPLY]), terminal_size=SIZE, run_before=run_before)
 
@@ -48,6 +53,7 @@ def _thinking(expand: bool):
         if expand:
             await pilot.press("ctrl+t")
             await pilot.pause()
+        await settle(pilot)
 
     return run_before
 
@@ -65,6 +71,7 @@ def test_generation_error_notice(snap_compare, scripted_app):
         await ready(pilot)
         await send(pilot, "Tell me a story")
         await wait_reply(pilot)
+        await settle(pilot)
 
     app = scripted_app(["Once upon a time there was a model that stopped."], fail_after=4)
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
