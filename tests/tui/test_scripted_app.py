@@ -285,3 +285,23 @@ async def test_model_command_failure_keeps_the_loaded_model(scripted_app, tmp_pa
         await send(pilot, "hello")
         await wait_reply(pilot)
         assert app.query(AssistantMessage).last().content == "still here"
+
+
+async def test_command_palette_runs_and_prefills_commands(scripted_app):
+    app = scripted_app(["ok"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"/help")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Commands:" in n.text for n in app.query(Notice)), what="the help")
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"/top_k")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.prompt_input.text == "/top_k ", what="the prefilled command")
+        await pilot.press("3", "enter")
+        assert app.session.sampling.top_k == 3
