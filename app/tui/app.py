@@ -54,7 +54,15 @@ def error_text(exc: BaseException) -> str:
 class ChatApp(CommandsMixin, HistoryMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
-    CSS_PATH = "app.tcss"
+    # layout only (colours come from the theme); inline so that no data file has to be packaged
+    CSS = """
+    #main { height: 1fr; }
+    #chat-column { height: 1fr; width: 1fr; }
+    #prompt { margin: 0 1; border: round $primary 60%; }
+    #prompt:focus { border: round $primary; }
+    #footer-bar { dock: bottom; height: 1; }
+    #footer-bar > Footer { dock: none; width: 1fr; }
+    """
     TITLE = "tokchat"
     BINDINGS = [
         Binding("escape", "stop", "Stop", tooltip="stop the reply; the partial text is kept"),
@@ -399,44 +407,3 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         if self.session is not None and self.generating:
             self.session.cancel()
             self.workers.cancel_group(self, "generate")
-
-    async def action_regenerate(self) -> None:
-        if not self.ready_to_generate():
-            return
-        if not any(m.role == "assistant" for m in self.session.messages):
-            self.notify("Nothing to regenerate yet", severity="warning")
-            return
-        self.record_user(None, replacing="reply")
-        await self.chat_view.remove_from_last(AssistantMessage)
-        await self.start_reply(self.session.regenerate, None)
-
-    def action_edit_last(self) -> None:
-        if not self.ready_to_generate():
-            return
-        users = [m for m in self.session.messages if m.role == "user"]
-        if not users:
-            self.notify("No prompt to edit yet", severity="warning")
-            return
-        self._editing = True
-        self.prompt_input.load_text(users[-1].content)
-        self.prompt_input.move_cursor(self.prompt_input.document.end)
-        self.prompt_input.focus()
-        self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
-        self.refresh_bindings()
-
-    def action_toggle_thinking(self) -> None:
-        for reply in reversed(list(self.chat_view.query(AssistantMessage))):
-            if reply.reasoning:
-                reply.thinking.collapsed = not reply.thinking.collapsed
-                return
-        self.notify("No thinking to show in this conversation")
-
-    def action_copy_reply(self) -> None:
-        reply = self.chat_view.last_assistant()
-        if reply is None or not reply.content:
-            self.notify("No reply to copy yet", severity="warning")
-            return
-        self.copy_to_clipboard(reply.content)
-        self.notify(f"Copied the last reply ({len(reply.content)} characters)")
-
-

@@ -1,4 +1,4 @@
-"""What the slash commands and the command palette do, as a mixin of :class:`ChatApp`.
+"""What the slash commands, the key actions and the palette do, as a mixin of :class:`ChatApp`.
 
 Parsing lives in :mod:`app.tui.slash`; here each ``/name`` maps to a
 ``cmd_name`` method.  Commands that take an argument appear in the palette
@@ -14,6 +14,7 @@ from typing import Iterable
 from textual.screen import Screen
 from textual.app import SystemCommand
 
+from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text, parse_on_off
 
 
@@ -201,6 +202,46 @@ class CommandsMixin:
 
     async def action_new_chat(self) -> None:
         await self.run_slash(SlashCommand("new", ""))
+
+    # -------------------------------------------------------------- key actions
+    async def action_regenerate(self) -> None:
+        if not self.ready_to_generate():
+            return
+        if not any(m.role == "assistant" for m in self.session.messages):
+            self.notify("Nothing to regenerate yet", severity="warning")
+            return
+        self.record_user(None, replacing="reply")
+        await self.chat_view.remove_from_last(AssistantMessage)
+        await self.start_reply(self.session.regenerate, None)
+
+    def action_edit_last(self) -> None:
+        if not self.ready_to_generate():
+            return
+        users = [m for m in self.session.messages if m.role == "user"]
+        if not users:
+            self.notify("No prompt to edit yet", severity="warning")
+            return
+        self._editing = True
+        self.prompt_input.load_text(users[-1].content)
+        self.prompt_input.move_cursor(self.prompt_input.document.end)
+        self.prompt_input.focus()
+        self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
+        self.refresh_bindings()
+
+    def action_toggle_thinking(self) -> None:
+        for reply in reversed(list(self.chat_view.query(AssistantMessage))):
+            if reply.reasoning:
+                reply.thinking.collapsed = not reply.thinking.collapsed
+                return
+        self.notify("No thinking to show in this conversation")
+
+    def action_copy_reply(self) -> None:
+        reply = self.chat_view.last_assistant()
+        if reply is None or not reply.content:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(reply.content)
+        self.notify(f"Copied the last reply ({len(reply.content)} characters)")
 
     # -------------------------------------------------------------- palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
