@@ -70,6 +70,8 @@ class LlamaCppBackend:
         self.log_path: Path | None = None
         self._llm = None
         self._worker: GenerationWorker | None = None
+        self._model_path: Path | None = None
+        self._model_identity: tuple[int, int] | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         try:
@@ -103,6 +105,9 @@ class LlamaCppBackend:
             raise BackendError(
                 f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
             ) from exc
+        self._model_path = Path(model_path)
+        stat = os.stat(model_path)
+        self._model_identity = (stat.st_ino, stat.st_size)
         blocks = meta.kv.get(f"{meta.architecture}.block_count")
         offloaded = 0
         if gpu_layers != 0 and isinstance(blocks, int):
@@ -143,6 +148,7 @@ class LlamaCppBackend:
     ) -> Iterator[int]:
         if self._llm is None or self._worker is None:
             raise BackendError("no model loaded")
+        self._check_model_file()
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise BackendError("empty prompt: there is nothing to continue")
@@ -180,6 +186,27 @@ class LlamaCppBackend:
                 self.last_prompt_evaluated = llm.tokchat_evaluated
 
         return self._worker.stream(job)
+
+    def _check_model_file(self) -> None:
+        """Refuse to run on a model file that was truncated or rewritten in place.
+
+        llama.cpp maps the file: reading a page past a truncated end kills the
+        process with SIGBUS, so a changed size must stop us before the engine
+        touches the weights.  A deleted or replaced file is harmless (the
+        mapping keeps the old inode alive).
+        """
+        if self._model_path is None or self._model_identity is None:
+            return
+        try:
+            stat = os.stat(self._model_path)
+        except FileNotFoundError:
+            return
+        inode, size = self._model_identity
+        if stat.st_ino == inode and stat.st_size != size:
+            raise BackendError(
+                f"the model file {self._model_path.name} changed on disk while loaded "
+                f"({size} -> {stat.st_size} bytes): reload it (/model in the TUI) or restart tokchat"
+            )
 
     def cancel(self) -> None:
         if self._worker is not None:
