@@ -307,7 +307,10 @@ class ChatSession:
             excess = len(prompt.ids) + need - self.context_size
             if excess <= 0:
                 break
-            later = self._drop_plan(start, excess)
+            # drop an eighth of the context more than needed: the turns after a drop then
+            # extend the same prefix (backends reuse their cache) instead of each dropping
+            # one more turn and changing the prompt's start every time
+            later = self._drop_plan(start, excess + self.context_size // 8)
             if later is None:  # only the system prompt and this message are left
                 if self.context_size - len(prompt.ids) >= min(need, MIN_REPLY_TOKENS):
                     break  # it fits with a shorter reply

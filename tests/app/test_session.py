@@ -6,6 +6,7 @@ last test, which runs the real model through the real llama.cpp backend.
 """
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import replace
 from functools import lru_cache
@@ -176,7 +177,9 @@ def test_overflow_drops_the_oldest_turns_with_a_notice(tok):
         assert len(prompt.ids) + 32 <= 300
         assert prompt.text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
         assert f"Question {n}: " in prompt.text  # the current message is never dropped
-    assert notices and notices[0].startswith("context full: left the 1 oldest turn out of the prompt")
+    assert notices and re.match(r"context full: left the \d+ oldest turns? out of the prompt", notices[0])
+    # a drop leaves headroom, so not every overflowing turn changes the prompt's start
+    assert len(notices) < 5
     assert "Question 0" not in session.last_prompt.text
     assert events[-1].stats.dropped_turns >= 3
     assert len(session.messages) == 12  # dropped from the prompt, never from the conversation

@@ -28,9 +28,9 @@ from backends import LoadOptions, SamplingParams, open_backend
 from templates import resolve_template
 from tokenizer import load_tokenizer
 
-#: at the limit every turn drops the oldest turn and llama.cpp re-evaluates the whole prompt (~400 ids at
-#: ~100 ids/s on a busy 2-core box: 4 s a turn), so the suite runs 30 turns (16 of them dropping);
-#: TOKCHAT_LOAD_TURNS=200 runs the issue's full length (see /tmp/notes/issue-8.md)
+#: a drop re-evaluates the whole prompt (~400 ids at ~100 ids/s on a busy 2-core box: 4 s); the session
+#: drops an eighth of the context more than needed, so the next turns reuse the cache again.  The suite
+#: runs 30 turns; TOKCHAT_LOAD_TURNS=200 runs the issue's full length
 TURNS = int(os.environ.get("TOKCHAT_LOAD_TURNS", "30"))
 CTX = 512
 MAX_TOKENS = 8
@@ -112,7 +112,9 @@ def test_a_long_conversation_in_a_small_context(smollm_path):
         backend.close()
 
     assert len(session.messages) == 2 * TURNS  # dropped from the prompt, never from the conversation
-    assert drops >= TURNS // 3
+    # overflow handled many times: the 512-token window fills every few turns
+    assert drops >= TURNS // 8
+    assert reused_after_drop >= drops - 1
     # memory: over the second half (the window is full, drops happen) the heap grows by about what
     # the conversation stores: 2 messages + 1 TurnStats + their strings and a token-count entry
     later = growth[TURNS // 2:]
