@@ -78,3 +78,13 @@ class Backend(Protocol):
     def cancel(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+def checked_prompt(prompt_ids: Sequence[int], n_ctx: int) -> list[int]:
+    """The prompt as plain ints, or a BackendError if it is empty or cannot fit ``n_ctx``."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise BackendError("empty prompt: there is nothing to continue")
+    if len(prompt) >= n_ctx:
+        raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+    return prompt

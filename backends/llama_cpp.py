@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
 from backends.engine_log import capture_llama_log
 from backends.model_meta import read_model_meta
 from backends.worker import GenerationWorker
@@ -149,12 +149,8 @@ class LlamaCppBackend:
         if self._llm is None or self._worker is None:
             raise BackendError("no model loaded")
         self._check_model_file()
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise BackendError("empty prompt: there is nothing to continue")
         n_ctx = self._llm.n_ctx()
-        if len(prompt) >= n_ctx:
-            raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+        prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(32)
 

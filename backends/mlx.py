@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
 from backends.model_meta import read_model_meta
 from backends.worker import GenerationWorker
 
@@ -129,12 +129,8 @@ class MLXBackend:
     ) -> Iterator[int]:
         if self._model is None or self._worker is None:
             raise BackendError("no model loaded")
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise BackendError("empty prompt: there is nothing to continue")
         n_ctx = self.info.context_size
-        if len(prompt) >= n_ctx:
-            raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+        prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)
         max_new = min(sampling.max_tokens, n_ctx - len(prompt))
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(32)

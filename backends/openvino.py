@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
 from backends.model_meta import read_model_meta
 from backends.worker import GenerationWorker
 
@@ -163,12 +163,8 @@ class OpenVINOBackend:
     ) -> Iterator[int]:
         if self._pipe is None or self._worker is None:
             raise BackendError("no model loaded")
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise BackendError("empty prompt: there is nothing to continue")
         n_ctx = self.info.context_size
-        if len(prompt) >= n_ctx:
-            raise BackendError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
+        prompt = checked_prompt(prompt_ids, n_ctx)
         max_new = min(sampling.max_tokens, n_ctx - len(prompt))
         stops = frozenset(stop_ids)
         cfg = self._config(sampling, max_new)
