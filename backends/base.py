@@ -80,6 +80,16 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def common_prefix_length(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many leading ids ``prompt`` shares with what an engine's cache holds."""
+    n = 0
+    for a, b in zip(cached, prompt):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 def checked_prompt(prompt_ids: Sequence[int], n_ctx: int) -> list[int]:
     """The prompt as plain ints, or a BackendError if it is empty or cannot fit ``n_ctx``."""
     prompt = [int(t) for t in prompt_ids]

@@ -17,7 +17,9 @@ import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
+from backends.base import (
+    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
+)
 from backends.engine_log import capture_llama_log
 from backends.model_meta import read_model_meta
 from backends.worker import GenerationWorker
@@ -126,11 +128,7 @@ class LlamaCppBackend:
         last one itself, so the result is the same as letting it do all.
         """
         llm = self._llm
-        common = 0
-        for a, b in zip(llm._input_ids, prompt):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix_length(llm._input_ids, prompt)
         if len(prompt) - common <= PREFILL_CHUNK:
             return
         if common == 0:

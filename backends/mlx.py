@@ -16,7 +16,9 @@ import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
+from backends.base import (
+    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
+)
 from backends.model_meta import read_model_meta
 from backends.worker import GenerationWorker
 
@@ -28,15 +30,6 @@ PREFILL_CHUNK = {"Metal": 128, "CPU": 16}
 PENALTY_LAST_N = 64
 #: mlx-lm model modules whose output is exactly ``head(model(ids))``, no extra scaling
 _PLAIN_HEAD_MODULES = frozenset({"mlx_lm.models.llama", "mlx_lm.models.qwen2"})
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class MLXBackend:
@@ -140,7 +133,7 @@ class MLXBackend:
             from mlx_lm.sample_utils import make_repetition_penalty, make_sampler
 
             # at least the last prompt id is fed again: its logits pick the first reply id
-            keep = min(_common_prefix(self._cached_ids, prompt), len(prompt) - 1)
+            keep = min(common_prefix_length(self._cached_ids, prompt), len(prompt) - 1)
             self._rewind(keep)
             keep = len(self._cached_ids)
             self.last_prompt_evaluated = len(prompt) - keep

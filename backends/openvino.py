@@ -21,7 +21,9 @@ import re
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
+from backends.base import (
+    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
+)
 from backends.model_meta import read_model_meta
 from backends.worker import GenerationWorker
 
@@ -129,11 +131,7 @@ class OpenVINOBackend:
         )
 
     def _estimate_evaluated(self, prompt: list[int]) -> int:
-        common = 0
-        for a, b in zip(self._history, prompt):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix_length(self._history, prompt)
         if not self._block:
             return len(prompt)
         reusable = min(common, len(prompt) - 1) // self._block * self._block

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams
+from backends.base import (
+    BackendError, BackendInfo, LoadOptions, SamplingParams, common_prefix_length,
+)
 
 #: reply ids for a prompt: a fixed list, or a function of the prompt ids
 Script = Sequence[int] | Callable[[Sequence[int]], Sequence[int]]
@@ -47,11 +49,7 @@ class ScriptedBackend:
         self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
     ) -> Iterator[int]:
         self._cancel.clear()
-        common = 0
-        for a, b in zip(self._cached, prompt_ids):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix_length(self._cached, prompt_ids)
         self.last_prompt_evaluated = len(prompt_ids) - common
         reply = list(self.script(prompt_ids) if callable(self.script) else self.script)
         self._cached = list(prompt_ids)
