@@ -28,6 +28,7 @@ from typing import Any, Iterator, Sequence
 
 from backends.base import Backend, BackendError, SamplingParams
 from templates import ChatTemplate, TemplateError
+from app.context_breakdown import PromptRecord
 from templates.builder import BuiltPrompt, PromptBuilder
 from tokenizer.think import ThinkFilter
 
@@ -64,6 +65,8 @@ class ChatMessage:
     reasoning: str = ""
     stats: TurnStats | None = None
     finish_reason: str | None = None
+    #: for a reply: the prompt it answered, as sent (see app.context_breakdown); None when loaded
+    record: PromptRecord | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -110,6 +113,8 @@ class ChatSession:
         self.stop_ids = frozenset(tokenizer.eog_ids) | _marker_ids(tokenizer)
         #: the last turn's prompt (ids, text, how much was reused), for tests and ``tokchat render``
         self.last_prompt: BuiltPrompt | None = None
+        #: the last turn's prompt with the messages in it and those left out (the token inspector)
+        self.last_record: PromptRecord | None = None
         self._builder = PromptBuilder(tokenizer, template)
         self._window = 0  # index of the first message still in the prompt
         self._cancel = threading.Event()
@@ -267,8 +272,9 @@ class ChatSession:
 
     def _commit(self, prompt: BuiltPrompt, turn: _Turn) -> TurnStats:
         stats = self._stats(turn, prompt, turn.finish)
+        self.last_record = self._record(prompt, turn.reply_ids)
         self.messages.append(ChatMessage("assistant", "".join(turn.content), "".join(turn.reasoning),
-                                         stats, turn.finish))
+                                         stats, turn.finish, self.last_record))
         self._builder.remember(prompt, turn.reply_ids)
         return stats
 
@@ -288,6 +294,16 @@ class ChatSession:
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
             backend=info.backend, device=info.device,
         )
+
+    def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
+        """What this turn sent (called before the reply is appended: the user message is last)."""
+        system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+        return PromptRecord(prompt, tuple(system + self.messages[self._window:]),
+                            tuple(self.messages[: self._window]), tuple(reply_ids), self.context_size)
+
+    def token_count(self, text: str) -> int:
+        """Plain token count of a message's text (cached; how dropped turns are sized)."""
+        return self._count(text)
 
     # -- fitting the context ----------------------------------------------------------------
 

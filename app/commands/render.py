@@ -1,13 +1,16 @@
 """``tokchat render``: show exactly the prompt a conversation sends to the model.
 
     tokchat render --model PATH --messages FILE.json [--template NAME | --template-file FILE.jinja]
-                   [--think | --no-think] [--no-generation-prompt] [--ids]
+                   [--think | --no-think] [--no-generation-prompt] [--ids | --pieces [--ctx N]]
 
 ``FILE.json`` is a JSON list of ``{"role": ..., "content": ...}`` objects.
 Without ``--ids`` the rendered text is written as is (no newline added);
 with ``--ids`` one JSON array of the prompt ids, the same ids a chat would
 send: markup as control tokens, message text as plain text, one BOS where
-the model wants it.  A fallback notice from ``--template auto`` goes to
+the model wants it.  With ``--pieces`` one line per id, ``ID<TAB>PIECE<TAB>PART``
+(the piece as ``tokchat tokenize --pieces`` writes it), a blank line, then
+the context breakdown of :mod:`app.context_breakdown` computed on those same
+ids (``--ctx`` sets the context size the room is counted against).  A fallback notice from ``--template auto`` goes to
 stderr.  Only the tokenizer is loaded, never the model's weights.
 """
 from __future__ import annotations
@@ -34,7 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     think.add_argument("--no-think", dest="think", action="store_false", help="enable_thinking=false")
     parser.add_argument("--no-generation-prompt", dest="generation_prompt", action="store_false",
                         help="leave out the assistant header at the end")
-    parser.add_argument("--ids", action="store_true", help="print the prompt ids as one JSON array")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--ids", action="store_true", help="print the prompt ids as one JSON array")
+    shown.add_argument("--pieces", action="store_true",
+                       help="one line per id (ID, piece, part), then the context breakdown")
+    parser.add_argument("--ctx", type=int, default=8192, help="context size for --pieces (default 8192)")
 
 
 def read_messages(path: str | Path) -> list[dict[str, str]]:
@@ -71,7 +78,25 @@ def run(args: argparse.Namespace) -> int:
                                enable_thinking=args.think)
     if args.ids:
         print(json.dumps(prompt_ids(tokenizer, rendered)))
+    elif args.pieces:
+        print_pieces(tokenizer, rendered, messages, args.ctx)
     else:
         sys.stdout.write(rendered.text)
         sys.stdout.flush()
     return 0
+
+
+def print_pieces(tokenizer, rendered, messages: list[dict[str, str]], context_size: int) -> None:
+    """Every prompt id with its piece and part, then the breakdown of those ids."""
+    from app.commands.tokenize import piece_text
+    from app.context_breakdown import PromptRecord, breakdown
+    from templates import prompt_ids
+    from templates.builder import BuiltPrompt
+
+    ids = prompt_ids(tokenizer, rendered)
+    record = PromptRecord(BuiltPrompt(rendered, ids, 0), tuple(messages), context_size=context_size)
+    parts = breakdown(tokenizer, record)
+    for tid, part in zip(ids, parts.owner):
+        print(f"{tid}\t{piece_text(tokenizer, tid)}\t{parts.parts[part].label}")
+    print()
+    print(parts.text())
