@@ -6,6 +6,11 @@ through OpenVINO > llama.cpp Vulkan > llama.cpp on the CPU.  OpenVINO on the
 CPU and MLX off Apple Silicon run only when asked for.  Every candidate
 carries a sentence saying why it can or cannot run and, where it cannot,
 the command that would fix it.
+
+Loading a model asks an engine only when its answer can change the choice
+(:func:`engines_to_ask`): OpenVINO when an Intel GPU or an NPU is present or
+it was asked for, MLX on Apple Silicon or when asked for.  ``tokchat
+doctor`` asks every engine.
 """
 from __future__ import annotations
 
@@ -125,10 +130,16 @@ def _gpu_findings(f: MachineFacts) -> tuple[str | None, str | None, bool, list[s
         notes.append(f"llama-cpp-python {r.llama_cpp_version}: GPU offload {'yes' if r.llama_gpu_offload else 'no'} ({libs})")
     else:
         notes.append("llama-cpp-python: not installed")
-    notes.append(f"OpenVINO {r.openvino_version}: devices {', '.join(r.openvino_devices or []) or 'none'}"
-                 if r.openvino_version else "OpenVINO: not installed")
-    notes.append(f"MLX {r.mlx_version}: Metal {'available' if r.mlx_metal else 'not available'}"
-                 if r.mlx_version else "MLX: not installed")
+    if "openvino" not in r.asked:
+        notes.append(f"OpenVINO: not asked ({_OPENVINO_NOT_ASKED})")
+    else:
+        notes.append(f"OpenVINO {r.openvino_version}: devices {', '.join(r.openvino_devices or []) or 'none'}"
+                     if r.openvino_version else "OpenVINO: not installed")
+    if "mlx" not in r.asked:
+        notes.append(f"MLX: not asked ({_MLX_NOT_ASKED})")
+    else:
+        notes.append(f"MLX {r.mlx_version}: Metal {'available' if r.mlx_metal else 'not available'}"
+                     if r.mlx_version else "MLX: not installed")
     return nvidia, amd, intel, notes
 
 
@@ -157,7 +168,9 @@ def candidates_for(f: MachineFacts) -> tuple[list[Candidate], list[str]]:
     r = f.runtime
     out: list[Candidate] = []
     mlx_device = "Metal" if r.mlx_metal else "CPU"
-    if not r.mlx_version:
+    if "mlx" not in r.asked:
+        out.append(Candidate("mlx", "mlx", "CPU", False, f"not asked: {_MLX_NOT_ASKED}", in_auto=False))
+    elif not r.mlx_version:
         out.append(Candidate("mlx", "mlx", "Metal" if f.apple_silicon else "CPU", False, "mlx-lm is not installed",
                              'pip install mlx-lm' + ("" if f.os == "darwin" else ' "mlx[cpu]"'), in_auto=f.apple_silicon))
     elif f.apple_silicon:
@@ -173,7 +186,10 @@ def candidates_for(f: MachineFacts) -> tuple[list[Candidate], list[str]]:
     out.append(_llama_gpu("rocm", f, amd, "no AMD ROCm GPU was found (no /dev/kfd GPU nodes, no rocminfo)"))
     devices = r.openvino_devices or []
     accel = [d for d in devices if d.split(".")[0] in ("GPU", "NPU")]
-    if not r.openvino_version:
+    if "openvino" not in r.asked:
+        out.append(Candidate("openvino", "openvino", "CPU", False, f"not asked: {_OPENVINO_NOT_ASKED}",
+                             in_auto=False))
+    elif not r.openvino_version:
         why = "openvino-genai is not installed" + (" (an Intel GPU is present)" if intel else "")
         out.append(Candidate("openvino", "openvino", "GPU" if intel else "CPU", False, why, "pip install openvino-genai"))
     elif accel:
@@ -198,9 +214,39 @@ def candidates_for(f: MachineFacts) -> tuple[list[Candidate], list[str]]:
     return out, notes
 
 
-def detect(probe: SystemProbe | None = None) -> DetectionReport:
-    """Probe the machine (or a simulated one) and rank the backends."""
-    facts = (probe or SystemProbe()).facts()
+_OPENVINO_NOT_ASKED = ("no Intel GPU or NPU was found, so OpenVINO could only run on the CPU, which auto "
+                       "leaves to llama.cpp; `tokchat doctor` asks it")
+_MLX_NOT_ASKED = "this is not Apple Silicon, so auto would not pick MLX; `tokchat doctor` asks it"
+
+
+def engines_to_ask(f: MachineFacts, requested: str = "auto", model_is_mlx: bool = False) -> list[str]:
+    """The engines whose answers can change what ``requested`` ends up running on this hardware.
+
+    llama.cpp always (it is the fallback, and its build decides the GPU
+    candidates); OpenVINO only where auto could choose it (an Intel GPU or an
+    NPU) or when it was asked for; MLX only on Apple Silicon, for an MLX model,
+    or when it was asked for.
+    """
+    ask = ["llama_cpp"]
+    if requested == "openvino" or "Intel" in f.drm_vendors or f.npu_nodes:
+        ask.append("openvino")
+    if requested == "mlx" or model_is_mlx or f.apple_silicon:
+        ask.append("mlx")
+    return ask
+
+
+def detect(probe: SystemProbe | None = None, *, requested: str | None = None,
+           model_is_mlx: bool = False) -> DetectionReport:
+    """Probe the machine (or a simulated one) and rank the backends.
+
+    ``requested`` None (``tokchat doctor``) asks every engine; a ``--backend``
+    value asks only those :func:`engines_to_ask` names for it.
+    """
+    probe = probe or SystemProbe()
+    if requested is None:
+        facts = probe.facts()
+    else:
+        facts = probe.facts(lambda hardware: engines_to_ask(hardware, requested, model_is_mlx))
     candidates, findings = candidates_for(facts)
     report = DetectionReport(facts=facts, candidates=candidates, findings=findings)
     if not any(c.runnable and c.in_auto for c in candidates):

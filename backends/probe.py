@@ -7,13 +7,13 @@ Three sources, all injectable so tests can simulate any machine:
   ``/sys/class/drm/*/device/vendor``, ``/dev/accel/accel*`` (Intel NPU);
 - tools on a PATH: ``nvidia-smi``, ``rocminfo``, ``sysctl`` (Rosetta check);
 - the engines' own answers (:class:`RuntimeAnswers`): what llama-cpp-python
-  was built with, which devices OpenVINO sees, whether MLX has Metal.
+  was built with, which devices OpenVINO sees, whether MLX has Metal.  Each
+  costs an import of 0.1 to 0.3 s, so the caller may ask only some of them.
 
 Nothing here decides anything; :mod:`backends.detect` does.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import platform as _platform
 import re
 import shutil
@@ -21,13 +21,15 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 #: PCI vendor ids in /sys/class/drm/*/device/vendor
 VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
 #: GPU backends a llama-cpp-python build can ship, by library name
 LLAMA_GPU_LIBS = ("cuda", "hip", "vulkan", "metal", "sycl", "opencl")
 TOOL_TIMEOUT_S = 5.0
+#: the engines whose own answers detection can ask for (importing each costs 0.1 to 0.3 s)
+RUNTIMES = ("llama_cpp", "openvino", "mlx")
 
 
 @dataclass
@@ -45,6 +47,8 @@ class RuntimeAnswers:
     mlx_metal: bool | None = None
     #: import errors worth showing ("mlx: No module named 'mlx'")
     errors: list[str] = field(default_factory=list)
+    #: the engines that were asked; the others' fields say nothing (not "not installed")
+    asked: list[str] = field(default_factory=lambda: list(RUNTIMES))
 
 
 @dataclass
@@ -72,9 +76,19 @@ class MachineFacts:
         return asdict(self) | {"apple_silicon": self.apple_silicon}
 
 
-def real_runtime_answers() -> RuntimeAnswers:
-    """Ask the installed engines; every import failure is recorded, never raised."""
-    answers = RuntimeAnswers()
+def real_runtime_answers(engines: Collection[str] = RUNTIMES) -> RuntimeAnswers:
+    """Ask the installed ``engines``; every import failure is recorded, never raised."""
+    answers = RuntimeAnswers(asked=[e for e in RUNTIMES if e in engines])
+    if "llama_cpp" in engines:
+        _ask_llama_cpp(answers)
+    if "openvino" in engines:
+        _ask_openvino(answers)
+    if "mlx" in engines:
+        _ask_mlx(answers)
+    return answers
+
+
+def _ask_llama_cpp(answers: RuntimeAnswers) -> None:
     try:
         import llama_cpp
 
@@ -85,6 +99,9 @@ def real_runtime_answers() -> RuntimeAnswers:
         answers.llama_gpu_libs = gpu_libs_in(lib_dir)
     except (ImportError, OSError, AttributeError) as exc:
         answers.errors.append(f"llama_cpp: {exc}")
+
+
+def _ask_openvino(answers: RuntimeAnswers) -> None:
     try:
         import openvino
 
@@ -92,6 +109,9 @@ def real_runtime_answers() -> RuntimeAnswers:
         answers.openvino_devices = list(openvino.Core().available_devices)
     except (ImportError, RuntimeError, OSError) as exc:
         answers.errors.append(f"openvino: {exc}")
+
+
+def _ask_mlx(answers: RuntimeAnswers) -> None:
     try:
         import mlx.core as mx
 
@@ -99,7 +119,6 @@ def real_runtime_answers() -> RuntimeAnswers:
         answers.mlx_metal = bool(mx.metal.is_available())
     except (ImportError, RuntimeError, OSError, AttributeError) as exc:
         answers.errors.append(f"mlx: {exc}")
-    return answers
 
 
 def gpu_libs_in(lib_dir: Path) -> list[str]:
@@ -111,6 +130,8 @@ def gpu_libs_in(lib_dir: Path) -> list[str]:
 
 
 def _dist_version(name: str) -> str | None:
+    import importlib.metadata  # not at the top: it pulls in the email package
+
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -124,7 +145,7 @@ class SystemProbe:
         self,
         root: Path | str = "/",
         path: str | None = None,
-        runtime: RuntimeAnswers | Callable[[], RuntimeAnswers] | None = None,
+        runtime: RuntimeAnswers | Callable[[Collection[str]], RuntimeAnswers] | None = None,
         os_name: str | None = None,
         machine: str | None = None,
     ) -> None:
@@ -191,10 +212,10 @@ class SystemProbe:
             return False
         return (self._run("sysctl", "-n", "sysctl.proc_translated") or "").strip() == "1"
 
-    def facts(self) -> MachineFacts:
-        runtime = self._runtime() if callable(self._runtime) else self._runtime
+    def facts(self, engines: Callable[[MachineFacts], Collection[str]] | None = None) -> MachineFacts:
+        """The machine; ``engines`` picks, from the hardware facts, which engines to ask (default all)."""
         dev = self._file("/dev")
-        return MachineFacts(
+        facts = MachineFacts(
             os=self.os_name,
             machine=self.machine,
             rosetta=self.rosetta(),
@@ -206,5 +227,10 @@ class SystemProbe:
             rocminfo_gfx=self.rocminfo_gfx(),
             drm_vendors=self.drm_vendors(),
             npu_nodes=sorted(p.name for p in self._file("/dev/accel").glob("accel*")) if (dev / "accel").is_dir() else [],
-            runtime=runtime,
+            runtime=RuntimeAnswers(asked=[]),
         )
+        if callable(self._runtime):
+            facts.runtime = self._runtime(RUNTIMES if engines is None else engines(facts))
+        else:
+            facts.runtime = self._runtime
+        return facts

@@ -43,8 +43,9 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
     path = Path(model_path)
     if not path.exists():
         raise BackendError(f"model not found: {path}")
-    report = detect(probe)
-    order = plan(report, options.backend, model_is_mlx=is_mlx_dir(path))
+    model_is_mlx = is_mlx_dir(path)
+    report = detect(probe, requested=options.backend, model_is_mlx=model_is_mlx)
+    order = plan(report, options.backend, model_is_mlx=model_is_mlx)
     notes: list[str] = []
     for n, candidate in enumerate(order):
         backend = ENGINES[candidate.engine](candidate)
