@@ -104,18 +104,22 @@ def _token_text(tokenizer: Any, attribute: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _model_template(tokenizer: Any) -> str | None:
+def _model_template(tokenizer: Any, name: str = "default") -> str | None:
     source = getattr(tokenizer, "chat_template", None)
     if isinstance(source, list):  # tokenizer_config.json may hold named templates
         named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
-        source = named.get("default")
+        source = named.get(name)
+    elif name != "default":
+        return None
     return source if isinstance(source, str) and source.strip() else None
 
 
 def _from_source(name: str, source: str, tokenizer: Any) -> ChatTemplate:
+    # HF picks the named "tool_use" template when tools are passed, "default" otherwise
+    tool_use = _model_template(tokenizer, "tool_use") if name == "model" else None
     return ChatTemplate(name=name, source=source, bos_token=_token_text(tokenizer, "bos_token"),
                         eos_token=_token_text(tokenizer, "eos_token"),
-                        supports_thinking="enable_thinking" in source)
+                        supports_thinking="enable_thinking" in source, tool_use_source=tool_use)
 
 
 def _checked(template: ChatTemplate, what: str) -> ChatTemplate:
