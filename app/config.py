@@ -189,12 +189,14 @@ class Settings:
     model_path: Path | None = None
     #: why no preset applies, when that is worth saying (the model is missing, unreadable...)
     preset_note: str | None = None
+    #: the model's header, read once while matching the preset (see app.presets.PresetMatch)
+    model_meta: Any = field(default=None, repr=False)
     files: list[Path] = field(default_factory=list)
 
 
 def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = True) -> Settings:
     """Merge default.toml, the model's preset, the user's config.toml and the flags."""
-    from app.presets import find_preset
+    from app.presets import match_model
 
     values = flatten(str(DEFAULTS_PATH), read_toml(DEFAULTS_PATH))
     missing = set(SCHEMA) - set(values)
@@ -211,7 +213,9 @@ def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = 
 
     settings = Settings(values, sources, files=files)
     if use_preset:
-        settings.preset, settings.model_path, settings.preset_note = find_preset(model or None)
+        found = match_model(model or None)
+        settings.preset, settings.model_path, settings.preset_note = found.preset, found.path, found.note
+        settings.model_meta = found.meta
         if settings.preset is not None:
             for key, value in settings.preset.values.items():
                 values[key], sources[key] = value, f"preset {settings.preset.name}"
@@ -248,6 +252,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         keys={k.split(".", 1)[1]: v[k] for k in SCHEMA if k.startswith("keys.")},
         preset=settings.preset.name if settings.preset is not None else None,
         model_path=settings.model_path,
+        model_meta=settings.model_meta,
     )
 
 

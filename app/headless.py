@@ -29,19 +29,20 @@ EXIT_INTERRUPTED = 130
 
 def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, list[str]]:
     """Load tokenizer, template and backend for ``options``; returns the session and its notices."""
+    from app.model_header import load_chat_tokenizer, take_header
     from app.model_resolution import resolve_model
     from templates import resolve_template
-    from tokenizer import load_tokenizer
 
     path = resolve_model(options.model)
-    tokenizer = load_tokenizer(path)
+    header = take_header(path, options)
+    tokenizer = load_chat_tokenizer(path, header)
     template, notice = resolve_template(options.template, tokenizer, options.template_file)
     notices = [notice] if notice else []
     if backend is None:
         from backends import LoadOptions, open_backend
 
         backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                                 n_ctx=options.ctx))
+                                                 n_ctx=options.ctx, model_meta=header))
         notices.extend(backend.info.notes)
     session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
                           sampling=options.sampling, context_size=options.ctx or backend.info.context_size,

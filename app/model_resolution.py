@@ -115,12 +115,12 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
-def describe_model(path: Path, source: str = "model") -> ModelInfo:
-    """Header facts about a model (through :func:`backends.model_meta.read_model_meta`);
+def describe_model(path: Path, source: str = "model", meta=None) -> ModelInfo:
+    """Header facts about a model (``meta``, or read through :func:`backends.model_meta.read_model_meta`);
     raises BackendError for a file that is not a readable model."""
-    from backends.model_meta import read_model_meta
+    from backends.model_meta import known_meta
 
-    meta = read_model_meta(path)
+    meta = known_meta(path, meta)
     name = meta.name
     if meta.format == "mlx" and path.parent.name == "snapshots":  # HF cache: the repo's name, not the hash
         name = path.parent.parent.name.split("--")[-1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from backends.base import SamplingParams
 
@@ -46,3 +47,6 @@ class ChatOptions:
     #: ``model`` already resolved to a local file or directory by :func:`app.config.chat_options`
     #: (None when it could not be: then :func:`app.model_resolution.resolve_model` says why)
     model_path: Path | None = None
+    #: the header of ``model_path``, read once by :func:`app.config.chat_options` (a
+    #: :class:`backends.model_meta.ModelMeta`); the loader takes it and clears it, so it is never stale
+    model_meta: Any = field(default=None, repr=False, compare=False)

@@ -91,20 +91,41 @@ def match_preset(presets: list[Preset], architecture: str, names: list[str]) -> 
     return best
 
 
-def find_preset(model: str | None) -> tuple[Preset | None, Path | None, str | None]:
-    """(preset, resolved model path, note) for ``--model``; the note says why there is no preset."""
+@dataclass
+class PresetMatch:
+    """What :func:`match_model` found for ``--model``."""
+
+    preset: Preset | None
+    #: the resolved model path (None when it could not be resolved)
+    path: Path | None
+    #: why there is no preset, when there is none
+    note: str | None
+    #: the model's header, read here once and handed on to the tokenizer and the backend
+    #: (a :class:`backends.model_meta.ModelMeta`; None when the model could not be read)
+    meta: Any = field(default=None, repr=False)
+
+
+def match_model(model: str | None) -> PresetMatch:
+    """Resolve ``--model``, read its header once and find its preset."""
     from app.model_resolution import describe_model, match_names, resolve_model
     from backends.base import BackendError
+    from backends.model_meta import read_model_meta
 
     try:
         path = resolve_model(model)
     except FileNotFoundError as exc:
-        return None, None, f"no model preset: {exc}"
+        return PresetMatch(None, None, f"no model preset: {exc}")
     try:
-        info = describe_model(path)
+        meta = read_model_meta(path)
+        info = describe_model(path, meta=meta)
     except (BackendError, OSError) as exc:
-        return None, path, f"no model preset: cannot read {path}: {exc}"
+        return PresetMatch(None, path, f"no model preset: cannot read {path}: {exc}")
     preset = match_preset(load_presets(), info.architecture, match_names(info))
-    if preset is None:
-        return None, path, f"no model preset matches {info.architecture} {info.name!r}"
-    return preset, path, None
+    note = None if preset is not None else f"no model preset matches {info.architecture} {info.name!r}"
+    return PresetMatch(preset, path, note, meta)
+
+
+def find_preset(model: str | None) -> tuple[Preset | None, Path | None, str | None]:
+    """(preset, resolved model path, note) for ``--model``; the note says why there is no preset."""
+    found = match_model(model)
+    return found.preset, found.path, found.note

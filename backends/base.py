@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, Iterator, Protocol, Sequence, runtime_checkable
 
 
 class BackendError(RuntimeError):
@@ -39,6 +39,8 @@ class LoadOptions:
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     log_path: Path | None = None  # engine logs go here, never to the terminal
+    #: the model's header when the caller already read it (a backends.model_meta.ModelMeta): read once
+    model_meta: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from backends.base import (
     BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
 )
 from backends.engine_log import capture_llama_log
-from backends.model_meta import read_model_meta
+from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
 
 #: ids per engine call while evaluating a long new prompt: the cancel granularity there
@@ -82,7 +82,7 @@ class LlamaCppBackend:
             raise BackendError(
                 "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
             ) from exc
-        meta = read_model_meta(model_path)
+        meta = known_meta(model_path, options.model_meta)
         if meta.format != "gguf":
             raise BackendError(f"llama.cpp loads .gguf files; {model_path} is an MLX directory (use --backend mlx)")
         n_ctx = options.n_ctx or meta.default_ctx()

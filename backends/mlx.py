@@ -19,7 +19,7 @@ from typing import Callable, Collection, Iterator, Sequence
 from backends.base import (
     BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
 )
-from backends.model_meta import read_model_meta
+from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
 
 #: ids fed to the model per forward pass while evaluating a prompt: the cancel granularity.
@@ -49,7 +49,7 @@ class MLXBackend:
             import mlx_lm  # noqa: F401  (the model classes live there)
         except ImportError as exc:
             raise BackendError('MLX backend needs mlx-lm: pip install mlx-lm (on Linux also "mlx[cpu]")') from exc
-        meta = read_model_meta(model_path)
+        meta = known_meta(model_path, options.model_meta)
         self._worker = GenerationWorker("mlx")
 
         def build():

@@ -4,6 +4,11 @@ Read from the GGUF header with tokchat's own reader (no tensor data, no
 engine), or from an MLX model directory's ``config.json``.  Used for the
 header line (name, quantization), the default context size and for
 refusing early, with a clear reason, what an engine cannot load.
+
+A chat reads the header once (when it matches a preset) and hands the
+:class:`ModelMeta` on: its ``gguf`` goes to the tokenizer, the whole object
+to the backend (``LoadOptions.model_meta``); :func:`known_meta` re-reads only
+when the object handed over describes another path.
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ class ModelMeta:
     context_length: int | None
     #: the raw key/values (GGUF) or config.json (MLX)
     kv: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: the parsed GGUF header (a :class:`tokenizer.gguf.GGUFFile`; None for MLX): the tokenizer's input
+    gguf: Any = field(default=None, repr=False, compare=False)
 
     def default_ctx(self) -> int:
         """The model's training context capped at :data:`DEFAULT_CTX_CAP`."""
@@ -72,8 +79,15 @@ def read_model_meta(path: Path | str) -> ModelMeta:
     ctx = kv.get(f"{arch}.context_length")
     return ModelMeta(
         path=path, format="gguf", name=str(kv.get("general.name") or path.stem), architecture=arch,
-        quantization=quant, context_length=int(ctx) if isinstance(ctx, int) else None, kv=kv,
+        quantization=quant, context_length=int(ctx) if isinstance(ctx, int) else None, kv=kv, gguf=gguf,
     )
+
+
+def known_meta(path: Path | str, meta: ModelMeta | None) -> ModelMeta:
+    """``meta`` when it was read from ``path`` (handed over by the caller), else the header read now."""
+    if meta is not None and meta.path == Path(path):
+        return meta
+    return read_model_meta(path)
 
 
 def _mlx_meta(path: Path) -> ModelMeta:

@@ -24,7 +24,7 @@ from typing import Callable, Collection, Iterator, Sequence
 from backends.base import (
     BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
 )
-from backends.model_meta import read_model_meta
+from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
 
 #: preference order of OpenVINO device families
@@ -104,7 +104,7 @@ class OpenVINOBackend:
             import openvino_genai as og
         except ImportError as exc:
             raise BackendError("OpenVINO backend needs openvino-genai: pip install openvino-genai") from exc
-        meta = read_model_meta(model_path)
+        meta = known_meta(model_path, options.model_meta)
         if meta.format != "gguf":
             raise BackendError("tokchat's OpenVINO backend loads .gguf files; use --backend mlx for MLX directories")
         device = pick_device(ov.Core().available_devices, options.device)

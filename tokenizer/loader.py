@@ -18,7 +18,7 @@ from tokenizer.core import (
     ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED, Tokenizer, TokenizerParts,
 )
 from tokenizer.errors import TokenizerError
-from tokenizer.gguf import read_gguf
+from tokenizer.gguf import GGUFFile, read_gguf
 from tokenizer.gguf_vocab import ids_with, metadata_without_arrays, parse_merges, read_vocab
 from tokenizer.pretokenize import make_pretokenizer, resolve_pre
 from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
@@ -27,9 +27,15 @@ from tokenizer.spm import SPMModel
 _SPACE = "\u2581"  # ▁, SentencePiece's visible space
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
-    """Load the tokenizer stored in ``path`` (.gguf, tokenizer.json, or a directory with one)."""
+def load_tokenizer(path: str | os.PathLike[str], *, gguf: GGUFFile | None = None) -> Tokenizer:
+    """Load the tokenizer stored in ``path`` (.gguf, tokenizer.json, or a directory with one).
+
+    ``gguf``: the file's header when the caller has already parsed it (so a
+    chat reads its model's metadata once); it must have been read from ``path``.
+    """
     p = Path(path)
+    if gguf is not None:
+        return load_gguf_tokenizer(p, gguf)
     if p.is_dir():
         if not (p / "tokenizer.json").is_file():
             raise TokenizerError(f"{p} is a directory without a tokenizer.json")
@@ -60,9 +66,9 @@ def _special_splitter(tokens: list[str], attrs: list[int]) -> LlamaSpecialSplitt
     return LlamaSpecialSplitter(specials)
 
 
-def load_gguf_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
-    """A tokenizer that matches llama.cpp's for the GGUF file at ``path``."""
-    g = read_gguf(path)
+def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = None) -> Tokenizer:
+    """A tokenizer that matches llama.cpp's for the GGUF file at ``path`` (its header: ``gguf``, if read)."""
+    g = gguf if gguf is not None else read_gguf(path)
     v = read_vocab(g)
     tokens, ids, attrs = v["tokens"], v["ids"], v["attrs"]
     model = v["model"]

@@ -53,28 +53,30 @@ def _session(tokenizer, template, backend, options: ChatOptions, context_size: i
     )
 
 
-def _tokenizer_and_template(path: Path, options: ChatOptions, progress: Progress):
+def _tokenizer_and_template(path: Path, options: ChatOptions, progress: Progress, header: Any = None):
+    from app.model_header import load_chat_tokenizer
     from templates import resolve_template
-    from tokenizer import load_tokenizer
 
     progress(f"reading the tokenizer from {path.name} ({human_size(path.stat().st_size)})")
-    tokenizer = load_tokenizer(path)
+    tokenizer = load_chat_tokenizer(path, header)
     template, notice = resolve_template(options.template, tokenizer, options.template_file)
     return tokenizer, template, notice
 
 
 def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     """The real chain; raises the packages' own errors, which the app shows on screen."""
+    from app.model_header import take_header
     from app.model_resolution import resolve_model
     from backends import LoadOptions, open_backend
 
     progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
     path = Path(resolve_model(options.model))
-    tokenizer, template, notice = _tokenizer_and_template(path, options, progress)
+    header = take_header(path, options)
+    tokenizer, template, notice = _tokenizer_and_template(path, options, progress, header)
     progress(f"loading {path.name} ({human_size(path.stat().st_size)}) with backend "
              f"{options.backend}{' ' + options.device if options.device else ''}")
     backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                             n_ctx=options.ctx))
+                                             n_ctx=options.ctx, model_meta=header))
     context_size = backend.info.context_size
     session = _session(tokenizer, template, backend, options, context_size)
     return LoadedChat(session, tokenizer, template, backend, path, context_size, notice)
