@@ -55,6 +55,10 @@ class TokenizerParts:
     bos_id: int | None = None
     eos_id: int | None = None
     add_bos: bool = False
+    #: llama.cpp's add_eos / add_sep flags and SEP id (what ``with_special`` appends)
+    add_eos: bool = False
+    add_sep: bool = False
+    sep_id: int | None = None
     eog_ids: frozenset[int] = frozenset()
     chat_template: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -82,6 +86,9 @@ class Tokenizer:
         self.bos_id = parts.bos_id
         self.eos_id = parts.eos_id
         self.add_bos = parts.add_bos
+        self.add_eos = parts.add_eos
+        self.add_sep = parts.add_sep
+        self.sep_id = parts.sep_id
         self.eog_ids = frozenset(parts.eog_ids)
         self.chat_template = parts.chat_template
         self.metadata = parts.metadata
@@ -118,6 +125,19 @@ class Tokenizer:
             else:
                 out.extend(self._encode_fragment(frag))
         return out
+
+    def with_special(self, ids: list[int]) -> list[int]:
+        """``ids`` framed as llama.cpp's ``add_special=True`` frames them.
+
+        WordPiece (BERT): ``[CLS] ... [SEP]`` always; other models: BOS when
+        ``add_bos`` and EOS when ``add_eos`` (T5 / nomic: ``<s> ... </s>``).
+        """
+        if self.kind == "wpm":
+            return [t for t in (self.bos_id,) if t is not None] + list(ids) + (
+                [self.sep_id] if self.sep_id is not None else [])
+        head = [self.bos_id] if self.add_bos and self.bos_id is not None else []
+        tail = [self.eos_id] if self.add_eos and self.eos_id is not None else []
+        return head + list(ids) + tail
 
     def clear_cache(self) -> None:
         """Forget cached piece encodings (benchmarks use this to measure a cold start)."""

@@ -56,6 +56,13 @@ _EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "
               "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
               "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
               "<｜end▁of▁sentence｜>", "[e~["}
+#: llama.cpp's default special ids per tokenizer model (before the GGUF keys override them)
+_DEFAULT_IDS: dict[str, dict[str, int]] = {
+    "llama": {"bos": 1, "eos": 2, "unk": 0},
+    "gpt2": {"bos": 11, "eos": 11},
+    "bert": {"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103},
+    "t5": {"eos": 1, "unk": 2, "pad": 0},
+}
 #: special id role -> GGUF keys that set it (later keys win, like llama.cpp's list order)
 _ID_KEYS = {
     "bos": ("tokenizer.ggml.bos_token_id",), "eos": ("tokenizer.ggml.eos_token_id",),
@@ -87,8 +94,9 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     model = kv.get("tokenizer.ggml.model")
     if not isinstance(model, str):
         raise TokenizerError(f"{g.path.name}: no tokenizer.ggml.model key; this GGUF has no tokenizer")
-    if model not in ("gpt2", "llama", "gemma4"):
-        raise TokenizerError(f"{g.path.name}: tokenizer model {model!r} is not supported (gpt2, llama, gemma4 are)")
+    if model not in ("gpt2", "llama", "gemma4", "bert", "t5"):
+        raise TokenizerError(f"{g.path.name}: tokenizer model {model!r} is not supported "
+                             "(gpt2, llama, gemma4, bert, t5 are)")
     tokens = _array(kv, types, "tokenizer.ggml.tokens", ("array[string]",), None)
     if not tokens:
         raise TokenizerError(f"{g.path.name}: tokenizer.ggml.tokens is missing or empty")
@@ -102,7 +110,7 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     pre = kv.get("tokenizer.ggml.pre") if model != "gemma4" else "gemma4"
     spm = model == "llama"
     special: dict[str, int | None] = dict.fromkeys(_ID_KEYS)
-    special.update({"bos": 1, "eos": 2, "unk": 0} if spm else {"bos": 11, "eos": 11} if model == "gpt2" else {})
+    special.update(_DEFAULT_IDS.get(model, {}))
     for role, keys in _ID_KEYS.items():
         if special[role] is not None and special[role] >= n:
             special[role] = None
@@ -112,8 +120,14 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
                 special[role] = value
     add_bos = spm or pre in ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
                              "lfm2", "jina-v5-nano", "tekken", "chameleon")
+    add_bos = add_bos or model == "bert"
+    add_eos, add_sep = model == "t5", model == "bert"
     if isinstance(kv.get("tokenizer.ggml.add_bos_token"), bool):
         add_bos = kv["tokenizer.ggml.add_bos_token"]
+    if isinstance(kv.get("tokenizer.ggml.add_eos_token"), bool):
+        add_eos = kv["tokenizer.ggml.add_eos_token"]
+    if isinstance(kv.get("tokenizer.ggml.add_sep_token"), bool):
+        add_sep = kv["tokenizer.ggml.add_sep_token"]
     if model == "gemma4":
         add_bos = True
     if pre in ("chatglm-bpe", "glm4", "glm5"):
@@ -152,7 +166,9 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     return {
         "model": model, "pre": pre, "tokens": tokens, "ids": ids, "attrs": attrs,
         "scores": scores, "special": special, "eog": frozenset(eog), "add_bos": add_bos,
+        "add_eos": add_eos, "add_sep": add_sep,
         "add_space_prefix": kv.get("tokenizer.ggml.add_space_prefix", spm) is True,
+        "remove_extra_whitespaces": kv.get("tokenizer.ggml.remove_extra_whitespaces") is True,
     }
 
 

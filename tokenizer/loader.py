@@ -78,6 +78,11 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
     elif model == "gpt2":
         pre = v["pre"] or None
         kind, encode_fragment, render = "bpe", *_bpe_parts(v, g.kv.get("tokenizer.ggml.merges"), caches)
+    elif model in ("bert", "t5"):
+        from tokenizer.merge_free import gguf_parts
+
+        kind, pre = ("wpm" if model == "bert" else "ugm"), None
+        encode_fragment, render = gguf_parts(model, v, g.kv, caches)
     else:  # gemma4: BPE over raw UTF-8 with ▁ for spaces
         kind, pre = "bpe", "gemma4"
         encode_fragment, render = _gemma4_parts(v, g.kv.get("tokenizer.ggml.merges"), caches)
@@ -88,6 +93,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
             kind=kind, pre=pre, tokens=tokens, attrs=attrs, render=render,
             encode_fragment=encode_fragment, splitter=_special_splitter(tokens, attrs),
             bos_id=special["bos"], eos_id=special["eos"], add_bos=v["add_bos"], eog_ids=v["eog"],
+            add_eos=v["add_eos"], add_sep=v["add_sep"], sep_id=special["sep"],
             chat_template=template if isinstance(template, str) else None,
             metadata=metadata_without_arrays(g.kv), token_to_id=ids, source=str(path), caches=caches,
         )

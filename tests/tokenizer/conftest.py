@@ -3,8 +3,8 @@
 Loading a 150k-token vocabulary takes about a second for us and for
 llama.cpp alike, and many test modules need the same models, so everything
 is memoized here.  The vocabulary GGUFs are found by reading their headers:
-every ``ggml-vocab-*.gguf`` whose tokenizer model we implement (gpt2,
-llama, gemma4) takes part, the BERT / T5 ones do not.
+every ``ggml-vocab-*.gguf`` whose tokenizer model we implement takes part:
+all 19 of them (gpt2, llama, gemma4, bert and t5).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from assets import asset_path  # noqa: E402
 from tokenizer import load_tokenizer  # noqa: E402
 from tokenizer.gguf import read_gguf  # noqa: E402
 
-SUPPORTED_MODELS = {"gpt2", "llama", "gemma4"}
+SUPPORTED_MODELS = {"gpt2", "llama", "gemma4", "bert", "t5"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import llama_cpp
 import pytest
-from conftest import golden_cases, llama, ours
+from conftest import golden_cases, llama, ours, vocab_ggufs
 from tok_corpus import base64_blob, corpus
 
 CORPUS = corpus()
@@ -59,6 +59,23 @@ def test_vocabulary_facts_match_llama_cpp(any_gguf):
     assert (tok.bos_id if tok.bos_id is not None else -1) == ref.token_bos()
     assert (tok.eos_id if tok.eos_id is not None else -1) == ref.token_eos()
     assert tok.add_bos == bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+    assert tok.add_eos == bool(llama_cpp.llama_vocab_get_add_eos(vocab))
+    assert tok.add_sep == bool(llama_cpp.llama_vocab_get_add_sep(vocab))
+    assert (tok.sep_id if tok.sep_id is not None else -1) == llama_cpp.llama_vocab_sep(vocab)
+
+
+def test_every_vocabulary_file_is_supported(llamacpp_models_dir):
+    """All 19 ``ggml-vocab-*.gguf`` files llama.cpp ships take part in the tests above."""
+    shipped = sorted(llamacpp_models_dir.glob("ggml-vocab-*.gguf"))
+    assert len(shipped) == 19
+    assert vocab_ggufs(llamacpp_models_dir) == shipped
+
+
+def test_add_special_frames_like_llama_cpp(any_gguf):
+    """``with_special`` adds what llama.cpp's ``add_special=True`` adds (BERT: [CLS] .. [SEP])."""
+    tok, ref = ours(str(any_gguf)), llama(str(any_gguf))
+    for text in ("Hello world", "", "a [SEP] b"):
+        assert tok.with_special(tok.encode(text)) == ref.tokenize(text.encode("utf-8"), add_bos=True, special=False)
 
 
 def _llama_piece(ref, tid: int) -> bytes:
