@@ -17,7 +17,10 @@ any end-of-generation id (``stop``), on ``max_tokens`` (``length``), on
 :meth:`ChatSession.cancel` (``cancelled``) or on a backend failure
 (``error``); in every case the partial reply is kept with its finish reason.
 
-Not handled here: persistence (see :mod:`app.recorder`) and tools.
+Tools: ``tools`` (JSON schemas) go to the template, and :meth:`ChatSession.continue_turn`
+answers tool results; finding calls in a reply and running them is :mod:`app.tool_loop`'s job.
+
+Not handled here: persistence (see :mod:`app.recorder`).
 """
 from __future__ import annotations
 
@@ -54,11 +57,20 @@ class TurnStats:
     dropped_turns: int = 0  # earlier turns currently left out of the prompt to fit the context
     backend: str = ""
     device: str = ""
+    tool_call_tokens: int = 0  # of completion_tokens, those inside tool-call markup
+    tool_result_tokens: int = 0  # tokens of the tool results sent back to the model
+    model_steps: int = 1  # generations in this turn (1 + one per round of tool results)
 
 
 @dataclass
 class ChatMessage:
-    """One message; an assistant reply carries its reasoning, stats and finish reason."""
+    """One message; an assistant reply carries its reasoning, stats and finish reason.
+
+    Tool calling uses Hugging Face's message convention: an assistant reply
+    carries ``tool_calls`` (``[{"type": "function", "id": ..., "function":
+    {"name": ..., "arguments": {...}}}]``), a ``tool`` message the
+    ``tool_call_id`` and tool ``name`` it answers.
+    """
 
     role: str
     content: str
@@ -67,6 +79,9 @@ class ChatMessage:
     finish_reason: str | None = None
     #: for a reply: the prompt it answered, as sent (see app.context_breakdown); None when loaded
     record: PromptRecord | None = field(default=None, compare=False, repr=False)
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
 @dataclass
@@ -101,8 +116,10 @@ class ChatSession:
 
     def __init__(self, tokenizer: Any, template: ChatTemplate, *, backend: Backend, system_prompt: str = "",
                  sampling: SamplingParams | None = None, context_size: int,
-                 enable_thinking: bool | None = None) -> None:
+                 enable_thinking: bool | None = None, tools: list[dict] | None = None) -> None:
         self.tokenizer = tokenizer
+        #: tool schemas given to the template (None: no tools, as HF passes it)
+        self.tools = tools
         self.template = template
         self.backend = backend
         self.system_prompt = system_prompt
@@ -133,28 +150,32 @@ class ChatSession:
 
     def send(self, user_text: str) -> Iterator[ReplyEvent]:
         """Send a user message and stream the reply; the assistant message is appended at the end."""
-        yield from self._turn(ChatMessage("user", user_text), list(self.messages))
+        yield from self._turn([ChatMessage("user", user_text)], list(self.messages))
+
+    def continue_turn(self, results: Sequence[ChatMessage]) -> Iterator[ReplyEvent]:
+        """Send tool results (``tool`` messages) after the last reply and stream the model's next step."""
+        yield from self._turn(list(results), list(self.messages))
 
     def regenerate(self) -> Iterator[ReplyEvent]:
         """Drop the last reply and answer the last user message again."""
         before = list(self.messages)
-        while self.messages and self.messages[-1].role == "assistant":
+        while self.messages and self.messages[-1].role in _REPLY_ROLES:
             self.messages.pop()
         if not self.messages:
             self.messages = before
             yield ReplyEvent("error", "nothing to regenerate: the conversation has no user message yet")
             yield ReplyEvent("done", stats=self._stats(_Turn(started=time.monotonic()), None, "error"))
             return
-        yield from self._turn(self.messages.pop(), before)
+        yield from self._turn([self.messages.pop()], before)
 
     def edit_last_user(self, text: str) -> Iterator[ReplyEvent]:
         """Replace the last user message (and drop its reply), then answer it."""
         before = list(self.messages)
-        while self.messages and self.messages[-1].role == "assistant":
+        while self.messages and self.messages[-1].role in _REPLY_ROLES:
             self.messages.pop()
         if self.messages and self.messages[-1].role == "user":
             self.messages.pop()
-        yield from self._turn(ChatMessage("user", text), before)
+        yield from self._turn([ChatMessage("user", text)], before)
 
     def cancel(self) -> None:
         """Stop the reply being generated (any thread); the partial reply is kept as cancelled."""
@@ -182,12 +203,13 @@ class ChatSession:
 
     # -- one turn ---------------------------------------------------------------------------
 
-    def _turn(self, user: ChatMessage, before: list[ChatMessage]) -> Iterator[ReplyEvent]:
-        """One turn; on a refusal the messages are put back as they were (``before``)."""
+    def _turn(self, new: list[ChatMessage], before: list[ChatMessage]) -> Iterator[ReplyEvent]:
+        """One turn after ``new`` (the user's message, or tool results); on a refusal the
+        messages are put back as they were (``before``)."""
         turn = _Turn(started=time.monotonic())
         self._cancel.clear()
         try:
-            prompt, notice = self._fit(user)
+            prompt, notice = self._fit(new)
         except TemplateError as exc:
             prompt, notice = None, str(exc)
         if prompt is None:
@@ -197,7 +219,7 @@ class ChatSession:
             return
         if notice:
             yield ReplyEvent("notice", notice)
-        self.messages.append(user)
+        self.messages.extend(new)
         self.last_prompt = prompt
         room = self.context_size - len(prompt.ids)
         sampling = replace(self.sampling, max_tokens=max(1, min(self.sampling.max_tokens, room)))
@@ -307,19 +329,20 @@ class ChatSession:
 
     # -- fitting the context ----------------------------------------------------------------
 
-    def _template_messages(self, start: int, user: ChatMessage) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        messages += [{"role": m.role, "content": m.content} for m in self.messages[start:]]
-        messages.append({"role": "user", "content": user.content})
+    def _template_messages(self, start: int, new: list[ChatMessage]) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = (
+            [{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        messages += [_template_message(m) for m in self.messages[start:]]
+        messages += [_template_message(m) for m in new]
         return messages
 
-    def _fit(self, user: ChatMessage) -> tuple[BuiltPrompt | None, str | None]:
-        """The prompt for ``user``, dropping the oldest turns if needed; (None, why) if it cannot fit."""
+    def _fit(self, new: list[ChatMessage]) -> tuple[BuiltPrompt | None, str | None]:
+        """The prompt for ``new``, dropping the oldest turns if needed; (None, why) if it cannot fit."""
         need = min(self.sampling.max_tokens, self.context_size)
         start = min(self._window, len(self.messages))
         dropped_before = start
         while True:
-            prompt = self._builder.build(self._template_messages(start, user), self.enable_thinking)
+            prompt = self._builder.build(self._template_messages(start, new), self.enable_thinking, self.tools)
             excess = len(prompt.ids) + need - self.context_size
             if excess <= 0:
                 break
@@ -361,6 +384,20 @@ class ChatSession:
         if count is None:
             count = self._token_counts[content] = len(self.tokenizer.encode(content))
         return count
+
+
+#: roles that belong to a reply (what regenerate and edit take away)
+_REPLY_ROLES = ("assistant", "tool")
+
+
+def _template_message(message: ChatMessage) -> dict[str, Any]:
+    """A message as the template sees it: role and content, plus the tool keys it has."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    for key in ("tool_calls", "tool_call_id", "name"):
+        value = getattr(message, key, None)
+        if value:
+            out[key] = value
+    return out
 
 
 def _marker_ids(tokenizer: Any) -> frozenset[int]:

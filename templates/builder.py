@@ -51,9 +51,11 @@ class PromptBuilder:
         #: texts the backend's cache may hold, newest first: prompt + reply, then the prompt alone
         self._bases: list[_Base] = []
 
-    def build(self, messages: Sequence[Any], enable_thinking: bool | None = None) -> BuiltPrompt:
-        """Render ``messages`` with a generation prompt and encode what is not cached yet."""
-        rendered = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking)
+    def build(self, messages: Sequence[Any], enable_thinking: bool | None = None,
+              tools: Sequence[Any] | None = None) -> BuiltPrompt:
+        """Render ``messages`` (and ``tools``) with a generation prompt; encode what is not cached yet."""
+        rendered = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking,
+                                        tools=tools)
         for base in self._bases:
             if base.ids and rendered.text.startswith(base.text):
                 new = self._continuation(base, rendered)

@@ -133,9 +133,21 @@ def _checked(template: ChatTemplate, what: str) -> ChatTemplate:
 
 
 def _probe_error(template: ChatTemplate, messages: list[dict[str, str]]) -> str | None:
-    """Why ``template`` cannot render ``messages``, or None when it can."""
+    """Why ``template`` cannot render ``messages``, or None when it can.
+
+    A tool-only template (Hermes' ``tool_use``) fails without tools, as in
+    Hugging Face; it is usable when it renders with a probe tool, and says
+    what it needs when a chat without tools tries it.
+    """
     try:
         text = template.render_text(messages)
     except TemplateError as exc:
-        return str(exc)
+        try:
+            text = template.render_text(messages, tools=[_PROBE_TOOL])
+        except TemplateError:
+            return str(exc)
     return None if text.strip() else "it renders nothing"
+
+
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "a probe",
+                                                 "parameters": {"type": "object", "properties": {}}}}

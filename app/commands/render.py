@@ -2,8 +2,11 @@
 
     tokchat render --model PATH --messages FILE.json [--template NAME | --template-file FILE.jinja]
                    [--think | --no-think] [--no-generation-prompt] [--ids | --pieces [--ctx N]]
+                   [--tools TOOLS.json]
 
-``FILE.json`` is a JSON list of ``{"role": ..., "content": ...}`` objects.
+``FILE.json`` is a JSON list of ``{"role": ..., "content": ...}`` objects (with
+``tool_calls`` / ``tool_call_id`` / ``name`` as Hugging Face writes tool calls and
+results); ``TOOLS.json`` a JSON list of tool schemas given to the template as ``tools``.
 Without ``--ids`` the rendered text is written as is (no newline added);
 with ``--ids`` one JSON array of the prompt ids, the same ids a chat would
 send: markup as control tokens, message text as plain text, one BOS where
@@ -35,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     think.add_argument("--think", dest="think", action="store_true", default=None,
                        help="enable_thinking=true for templates that read it")
     think.add_argument("--no-think", dest="think", action="store_false", help="enable_thinking=false")
+    parser.add_argument("--tools", help='JSON file: [{"type": "function", "function": {"name": ..., '
+                        '"parameters": {...}}}, ...] passed to the template')
     parser.add_argument("--no-generation-prompt", dest="generation_prompt", action="store_false",
                         help="leave out the assistant header at the end")
     shown = parser.add_mutually_exclusive_group()
@@ -55,13 +60,12 @@ def read_messages(path: str | Path) -> list[dict[str, str]]:
         raise CLIError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, list):
         raise CLIError(f'{path} must hold a JSON list of {{"role": ..., "content": ...}} objects')
-    messages = []
-    for n, item in enumerate(data):
-        if not isinstance(item, dict) or not isinstance(item.get("role"), str) \
-                or not isinstance(item.get("content"), str):
-            raise CLIError(f"{path}: message {n} needs a string \"role\" and a string \"content\"")
-        messages.append({"role": item["role"], "content": item["content"]})
-    return messages
+    from app.tools.schemas import ToolSchemaError, check_message
+
+    try:
+        return [check_message(str(path), n, item) for n, item in enumerate(data)]
+    except ToolSchemaError as exc:
+        raise CLIError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,12 +74,20 @@ def run(args: argparse.Namespace) -> int:
     from tokenizer import load_tokenizer
 
     messages = read_messages(args.messages)
+    tools = None
+    if args.tools:
+        from app.tools.schemas import ToolSchemaError, read_tools_file
+
+        try:
+            tools = read_tools_file(args.tools)
+        except ToolSchemaError as exc:
+            raise CLIError(str(exc)) from None
     tokenizer = load_tokenizer(resolve_model(args.model))
     template, notice = resolve_template(args.template, tokenizer, args.template_file)
     if notice:
         print(f"tokchat: {notice}", file=sys.stderr)
     rendered = template.render(messages, add_generation_prompt=args.generation_prompt,
-                               enable_thinking=args.think)
+                               enable_thinking=args.think, tools=tools)
     if args.ids:
         print(json.dumps(prompt_ids(tokenizer, rendered)))
     elif args.pieces:

@@ -26,12 +26,13 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 
 def oracle_render(source: str, messages: Sequence[dict], *, bos_token: str, eos_token: str,
-                  add_generation_prompt: bool = True, enable_thinking: bool | None = None) -> str:
+                  add_generation_prompt: bool = True, enable_thinking: bool | None = None,
+                  tools: Sequence[dict] | None = None) -> str:
     """The prompt text as llama-cpp-python renders a Hugging Face chat template."""
     formatter = Jinja2ChatFormatter(source, eos_token=eos_token, bos_token=bos_token,
                                     add_generation_prompt=add_generation_prompt)
     extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    return formatter(messages=[dict(m) for m in messages], **extra).prompt
+    return formatter(messages=[dict(m) for m in messages], tools=tools, **extra).prompt
 
 
 class LlamaVocab:
