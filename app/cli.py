@@ -26,6 +26,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "export a stored conversation as Markdown or JSON"),
     "config": ("config", "show the configuration file path or the merged settings"),
     "models": ("models", "list the models tokchat can find"),
+    "pull": ("pull", "download a model from the Hugging Face Hub (hf:ORG/REPO[:QUANT] or a preset name)"),
+    "rm": ("rm", "delete a downloaded model from the Hugging Face cache"),
 }
 
 

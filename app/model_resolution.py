@@ -1,9 +1,9 @@
 """Turn ``--model`` into a local path, and describe the models this machine has.
 
 ``--model`` is a ``.gguf`` file, an MLX model directory (``config.json`` plus
-``*.safetensors``), or ``hf:ORG/REPO/FILE.gguf``, fetched with
-``huggingface_hub.hf_hub_download``.  Once a file is in the Hugging Face
-cache it resolves offline (``HF_HUB_OFFLINE=1``, or no network at all).
+``*.safetensors``), ``hf:ORG/REPO[/FILE.gguf|:QUANT]`` or a preset name,
+found in the Hugging Face cache or pulled by :mod:`app.hub`.  Once a file is
+in the cache it resolves without the network.
 ``HF_HOME``/``HF_HUB_CACHE``/``HF_HUB_OFFLINE`` are read when a model is
 resolved, not when huggingface_hub was imported, so a changed environment
 is honoured.
@@ -76,20 +76,11 @@ def parse_hf(value: str) -> tuple[str, str]:
 
 
 def resolve_hf(value: str) -> Path:
-    """Download (or find in the cache) the file an ``hf:`` reference names."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
+    """The file an ``hf:`` reference or preset name names: from the cache at once, else pulled
+    (:func:`app.hub.resolve`, which owns downloading)."""
+    from app.hub import resolve
 
-    repo_id, filename = parse_hf(value)
-    cache, offline = hf_cache_dir(), hf_offline()
-    try:
-        return Path(hf_hub_download(repo_id, filename, cache_dir=cache, local_files_only=offline))
-    except LocalEntryNotFoundError as exc:
-        why = "the hub is offline (HF_HUB_OFFLINE)" if offline else "the hub could not be reached"
-        raise ModelNotFound(f"{value} is not in the Hugging Face cache {cache} and {why}: download it once "
-                            f"with network (`hf download {repo_id} {filename}`)") from exc
-    except (EntryNotFoundError, RepositoryNotFoundError) as exc:
-        raise ModelNotFound(f"{value}: no such file on the Hugging Face Hub") from exc
+    return resolve(value)
 
 
 def resolve_model(value: str | None) -> Path:
@@ -105,8 +96,12 @@ def resolve_model(value: str | None) -> Path:
         if is_mlx_dir(path):
             return path
         raise ModelNotFound(f"{path} is a directory but not an MLX model (no config.json and *.safetensors)")
-    raise ModelNotFound(f"model not found: {path} (pass --model PATH.gguf, an MLX model directory "
-                        "or hf:ORG/REPO/FILE.gguf; `tokchat models` lists what is here)")
+    from app.hub_ref import preset_ref
+
+    if preset_ref(value) is not None:  # a preset name: its hub repo and default quantization
+        return resolve_hf(value)
+    raise ModelNotFound(f"model not found: {path} (pass --model PATH.gguf, an MLX model directory, "
+                        "hf:ORG/REPO[:QUANT] or a preset name; `tokchat models` lists what is here)")
 
 
 def _size(path: Path) -> int:

@@ -35,6 +35,9 @@ class Preset:
     phrases: tuple[str, ...]
     #: checked settings, "section.key" -> value
     values: dict[str, Any] = field(default_factory=dict)
+    #: ``[hub]``: where the model lives (``tokchat --model NAME`` / ``tokchat pull NAME``)
+    hub_repo: str = ""
+    hub_quantization: str = ""
 
 
 def _words(text: str) -> list[str]:
@@ -53,6 +56,10 @@ def _has_phrase(names: list[str], phrase: str) -> bool:
 def load_preset(path: Path) -> Preset:
     data = read_toml(path)
     match = data.pop("match", None)
+    hub = data.pop("hub", {})
+    if not isinstance(hub, dict) or set(hub) - {"repo", "quantization"} or \
+            not all(isinstance(v, str) for v in hub.values()):
+        raise ConfigError(f"{path}: [hub] takes repo = \"ORG/REPO\" and quantization = \"Q4_K_M\" (strings)")
     if not isinstance(match, dict) or not isinstance(match.get("architectures"), list):
         raise ConfigError(f"{path}: a preset needs [match] with architectures = [\"...\"]")
     unknown = set(match) - {"architectures", "names"}
@@ -62,7 +69,7 @@ def load_preset(path: Path) -> Preset:
         if not all(isinstance(v, str) for v in match.get(key, [])):
             raise ConfigError(f"{path}: match.{key} must be an array of strings")
     return Preset(path.stem, path, tuple(match["architectures"]), tuple(match.get("names", [])),
-                  flatten(str(path), data, set(PRESET_KEYS)))
+                  flatten(str(path), data, set(PRESET_KEYS)), hub.get("repo", ""), hub.get("quantization", ""))
 
 
 def load_presets(dirs: list[Path] | None = None) -> list[Preset]:

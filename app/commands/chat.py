@@ -6,13 +6,14 @@ over the config files into one :class:`app.options.ChatOptions`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--model", "-m", help="a .gguf file, an MLX model directory or hf:ORG/REPO/FILE.gguf "
-        "(default: the bundled SmolLM2-135M-Instruct)")
+    add("--model", "-m", help="a .gguf file, an MLX model directory, hf:ORG/REPO/FILE.gguf, hf:ORG/REPO:QUANT "
+        "or a preset name, downloaded on first use (default: the bundled SmolLM2-135M-Instruct)")
     add("--prompt", "-p", help="answer one prompt headless, streaming to stdout (or pipe the prompt on stdin)")
     add("--system", "-s", help="system prompt")
     add("--template", choices=["auto", "model", "chatml", "chatml-think", "llama3", "gemma"],
@@ -38,13 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-history", dest="history", action="store_false", default=None,
         help="do not record this chat in the history database")
     add("--theme", help="Textual theme for the TUI")
+    add("--offline", action="store_true", default=None,
+        help="never contact the Hugging Face Hub: hf: models come from the cache (same as HF_HUB_OFFLINE=1)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.config import chat_options
+    from app.commands.pull import pull_if_missing
+    from app.config import chat_options, load_settings
 
+    if args.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
     if args.prompt is None and not sys.stdin.isatty():
         args.prompt = sys.stdin.read()
+    # first use of --model hf:... or a preset name: download with a progress bar before anything loads
+    pull_if_missing(args.model or load_settings(args, use_preset=False).values["model.default"])
     options = chat_options(args)
     if options.prompt is not None:
         from app.headless import run_headless

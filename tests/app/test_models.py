@@ -49,7 +49,7 @@ def test_hf_file_not_in_the_cache_says_how_to_get_it(hf_home):
         resolve_model(f"hf:{REPO}/SmolLM2-135M-Instruct-Q8_0.gguf")
     message = str(info.value)
     assert "not in the Hugging Face cache" in message and "HF_HUB_OFFLINE" in message
-    assert f"hf download {REPO} SmolLM2-135M-Instruct-Q8_0.gguf" in message
+    assert f"tokchat pull hf:{REPO}/SmolLM2-135M-Instruct-Q8_0.gguf" in message
 
 
 def test_hf_reference_syntax():
