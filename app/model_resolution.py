@@ -18,6 +18,7 @@ Not handled: downloading whole MLX repositories from ``hf:`` (point
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,9 +105,15 @@ def resolve_model(value: str | None) -> Path:
                         "hf:ORG/REPO[:QUANT] or a preset name; `tokchat models` lists what is here)")
 
 
+#: parts 2..N of a split GGUF: listed through part 1, which llama.cpp loads
+_LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$")
+
+
 def _size(path: Path) -> int:
     if path.is_file():
-        return path.stat().st_size
+        from app.hub_cache import model_files  # a split counts all its parts
+
+        return sum(p.stat().st_size for p in model_files(path) if p.exists())
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
@@ -181,7 +188,7 @@ def list_models(dirs: list[Path] | None = None) -> tuple[list[ModelInfo], list[s
     models, problems, seen = [], [], set()
     for path, source in found:
         key = path.resolve()
-        if key in seen:
+        if key in seen or _LATER_PART.search(path.name):
             continue
         seen.add(key)
         try:

@@ -1,8 +1,10 @@
-"""``tokchat models``: the models this machine has, with size, architecture and quantization.
+"""``tokchat models``: the models this machine has, recently used first, with architecture,
+quantization, size and context length.
 
 Looks at the bundled model, the directories in ``model.dirs`` of the config,
-and the Hugging Face cache; only headers are read.  Each line gives the
-exact ``--model`` value that picks the model.
+and the Hugging Face cache (:mod:`app.model_catalog`); only headers are
+read.  Each line gives the exact ``--model`` value that picks the model;
+``tokchat rm`` takes the same value for downloaded ones.
 """
 from __future__ import annotations
 
@@ -24,35 +26,33 @@ def _size(n: int) -> str:
     return f"{n:.1f} GB"
 
 
-def _model_arg(info) -> str:
-    if info.source == "bundled":
-        return "(default)"
-    if info.source.startswith("hf:") and info.kind == "gguf":
-        return info.source
-    return str(info.path)
+def _context(n: int | None) -> str:
+    if not n:
+        return "?"
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from app.config import load_settings
-    from app.model_resolution import list_models
+    from app.model_catalog import catalog, human_age
 
     dirs = [Path(d).expanduser() for d in load_settings(use_preset=False).values["model.dirs"]]
-    models, problems = list_models(dirs + [Path(d) for d in args.dir])
+    entries, problems = catalog(dirs + [Path(d) for d in args.dir])
     if args.json:
-        for m in models:
-            print(json.dumps({"model": _model_arg(m), "path": str(m.path), "kind": m.kind, "size_bytes": m.size_bytes,
-                              "architecture": m.architecture, "name": m.name, "quantization": m.quantization,
-                              "context_length": m.context_length, "source": m.source}, ensure_ascii=False))
+        for entry in entries:
+            print(json.dumps(entry.as_json(), ensure_ascii=False))
     else:
-        rows = [(m.name, m.architecture, m.quantization, _size(m.size_bytes), _model_arg(m)) for m in models]
-        header = ("NAME", "ARCH", "QUANT", "SIZE", "--model")
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+        rows = [(e.info.name, e.info.architecture, e.info.quantization, _size(e.info.size_bytes),
+                 _context(e.info.context_length), human_age(e.last_used), e.model_arg) for e in entries]
+        header = ("NAME", "ARCH", "QUANT", "SIZE", "CTX", "USED", "--model")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
         for row in [header, *rows]:
-            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[4])
-        if not models:
-            print("no models found (pass --model PATH.gguf, or add directories to model.dirs in config.toml)")
+            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[6])
+        if not entries:
+            print("no models found (`tokchat pull qwen2.5` downloads one; or add directories to model.dirs "
+                  "in config.toml)")
     for line in problems:
         print(f"tokchat: skipped {line}", file=sys.stderr)
     return 0

@@ -110,7 +110,7 @@ def test_models_and_config_commands_use_the_cache(hf_home, tmp_path):
     assert hf["model"] == f"hf:{REPO}/{FILE}" and hf["quantization"] == "Q4_1"
 
     table = subprocess.run([sys.executable, "-m", "app", "models"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert table.stdout.splitlines()[0].split() == ["NAME", "ARCH", "QUANT", "SIZE", "--model"]
+    assert table.stdout.splitlines()[0].split() == ["NAME", "ARCH", "QUANT", "SIZE", "CTX", "USED", "--model"]
     assert any(line.endswith(f"hf:{REPO}/{FILE}") and "98.4 MB" in line for line in table.stdout.splitlines())
 
     show = subprocess.run([sys.executable, "-m", "app", "config", "show", "--model", f"hf:{REPO}/{FILE}"],
