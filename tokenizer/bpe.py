@@ -53,8 +53,11 @@ class BPEModel:
         self.unknown = unknown
         self.ignore_merges = ignore_merges
         self.special_piece = special_piece
-        #: builds the C accelerator's Merger (same rule on token ids) on first use
-        self._merger_factory = merger
+        #: builds the C accelerator's Merger (same rule on token ids) on first use; without it,
+        #: the pure-Python :class:`tokenizer.bpe_ids.IdMerger` (same rule, integer pairs)
+        self._merger_factory = merger if merger is not None else (lambda: None)
+        if special_piece is not None:
+            self._merger_factory = None  # Gemma 4's newline runs need the string path
         self.merger: Any = None
         self.cache: dict[str, list[int]] = {}
 
@@ -70,7 +73,7 @@ class BPEModel:
         if missing:
             if self._merger_factory is not None:
                 # built on the first miss, not at load: `tokchat info` never pays for it
-                self.merger, self._merger_factory = self._merger_factory(), None
+                self.merger, self._merger_factory = self._merger_factory() or self._id_merger(), None
             piece_ids = self.piece_ids
             fresh = {piece: piece_ids(piece) for piece in missing}
             if len(cache) + len(fresh) > CACHE_LIMIT:
@@ -87,6 +90,14 @@ class BPEModel:
                 ids = fresh.get(piece)
                 out.extend(ids if ids is not None else self.piece_ids(piece))
         return out
+
+    def _id_merger(self) -> Any:
+        from tokenizer.bpe_ids import IdMerger
+
+        try:
+            return IdMerger(self.vocab, self.ranks, self.prepare, self.unknown)
+        except ValueError:
+            return None
 
     def piece_ids(self, piece: str) -> list[int]:
         """Ids for one piece, uncached."""

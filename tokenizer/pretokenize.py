@@ -21,6 +21,7 @@ handles with bespoke code we have not reproduced raise :class:`TokenizerError`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -159,6 +160,27 @@ def compile_llama(pattern: str) -> regex.Pattern[str]:
     return regex.compile(pattern, regex.V1)
 
 
+@functools.lru_cache(maxsize=1)
+def _newer_chars() -> frozenset[str]:
+    """The code points llama.cpp's tables leave unassigned but ``regex`` assigns (about 23,000)."""
+    return frozenset(chr(c) for first, last in uc.NEWER_THAN_LLAMA_CPP for c in range(first, last + 1))
+
+
+def _dual(exact: Callable[[str], list[str]], plain: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """``plain`` (``regex``'s own classes, about 4x faster) unless the text holds a code point they disagree on.
+
+    llama.cpp's classes are ``\\p{..}`` minus :data:`uc.NEWER_THAN_LLAMA_CPP`, so
+    on text without those code points both regexes give the same pieces;
+    ``set(text)`` makes the check about 1 % of a split.
+    """
+    def split(text: str) -> list[str]:
+        if text.isascii() or _newer_chars().isdisjoint(set(text)):
+            return plain(text)
+        return exact(text)
+
+    return split
+
+
 @dataclass(frozen=True)
 class PreTokenizer:
     """Splits text into the pieces BPE works on, exactly as llama.cpp does for ``pre_type``."""
@@ -211,8 +233,9 @@ def make_pretokenizer(pre_type: str, accelerated: bool = True) -> PreTokenizer:
     if fused is None and len(PRE_TYPES[pre_type]) == 1:
         fused = PRE_TYPES[pre_type][0]
     if fused is not None and pre_type in _TOTAL:
-        return PreTokenizer(pre_type, compile_llama(fused).findall)
-    return PreTokenizer(pre_type, sequential_splitter(pre_type))
+        return PreTokenizer(pre_type, _dual(compile_llama(fused).findall, regex.compile(fused, regex.V1).findall))
+    plain = _sequential([regex.compile(p, regex.V1) for p in PRE_TYPES[pre_type]])
+    return PreTokenizer(pre_type, _dual(sequential_splitter(pre_type), plain))
 
 
 def resolve_pre(name: str | None) -> tuple[str, bool]:

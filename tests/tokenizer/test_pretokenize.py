@@ -22,10 +22,28 @@ def test_fast_splitter_equals_sequential_on_corpus(pre_type):
         assert "".join(fast(text)) == text
 
 
+# U+1C89 and U+0558 are letters to ``regex`` but unassigned in llama.cpp's tables
+_ALPHABET = list("ab1 2\n\t'sS.,!é٣\u00a0\u3000-\u1c89\u0558")
+
+
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(st.sampled_from(list("ab1 2\n\t'sS.,!é٣\u00a0\u3000-")), max_size=30), pre_type=st.sampled_from(TYPES))
+@given(text=st.text(st.sampled_from(_ALPHABET), max_size=30), pre_type=st.sampled_from(TYPES))
 def test_fast_splitter_equals_sequential_anywhere(text, pre_type):
     assert make_pretokenizer(pre_type).split(text) == sequential_splitter(pre_type)(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.sampled_from(_ALPHABET), max_size=30), pre_type=st.sampled_from(TYPES))
+def test_pure_python_splitter_equals_sequential_anywhere(text, pre_type):
+    """Without the C accelerator: ``regex``'s plain classes unless a newer code point is present."""
+    assert make_pretokenizer(pre_type, accelerated=False).split(text) == sequential_splitter(pre_type)(text)
+
+
+@pytest.mark.parametrize("pre_type", TYPES)
+def test_pure_python_splitter_equals_sequential_on_corpus(pre_type):
+    fast, slow = make_pretokenizer(pre_type, accelerated=False).split, sequential_splitter(pre_type)
+    for text in CORPUS + ["x\u1c89y \u0558 z"]:
+        assert fast(text) == slow(text), text[:40]
 
 
 def test_every_name_resolves_to_a_known_type():
