@@ -282,7 +282,13 @@ def point_hub_at(endpoint: str, home: Path, monkeypatch) -> Path:
     """Make huggingface_hub (and tokchat) use ``endpoint`` and a fresh cache under ``home``; the hub cache."""
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HF_HOME", str(home))
-    for name in ("HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_ENABLE_HF_TRANSFER"):
+    for name in ("HF_HUB_CACHE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_ENABLE_HF_TRANSFER"):
         monkeypatch.delenv(name, raising=False)
+    # explicitly online: huggingface_hub keeps whatever HF_HUB_OFFLINE was when it was first imported
+    # (an earlier test in this process may have set it), and refuses requests while that is on
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     return home / "hub"
