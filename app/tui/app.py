@@ -30,6 +30,7 @@ from app.tui.commands import CommandsMixin
 from app.tui.format import model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import HistoryMixin
+from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.chat_view import ChatView
@@ -51,7 +52,7 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, HistoryMixin, App):
+class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -72,6 +73,7 @@ class ChatApp(CommandsMixin, HistoryMixin, App):
         Binding("ctrl+o", "copy_reply", "Copy", tooltip="copy the last reply"),
         Binding("ctrl+b", "toggle_history", "History", tooltip="stored conversations"),
         Binding("ctrl+n", "new_chat", "New", tooltip="start a new conversation"),
+        Binding("f2", "show_tokens", "Tokens", show=False, tooltip="the token inspector"),
     ]
 
     #: a reply is streaming

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("", "totals for this conversation"),
     "model": ("PATH", "open another model"),
     "history": ("", "show or hide the history sidebar"),
+    "tokens": ("", "the token inspector: the last turn's exact ids, pieces and context breakdown"),
     "help": ("", "list commands and keys"),
 }
 

@@ -1,0 +1,90 @@
+"""Opening the token inspector from the chat: ``/tokens``, F2, the palette, a double click.
+
+A mixin of :class:`~app.tui.app.ChatApp`.  The inspector shows the
+:class:`~app.context_breakdown.PromptRecord` a reply kept: the last one by
+default; a double click on a reply opens the prompt that reply answered,
+and on a user message the prompt that message was sent in, with its ids
+selected.  Turns loaded from the history have no record (their ids were
+not stored): the inspector says so in one line.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from textual import events
+
+from app.context_breakdown import breakdown
+from app.tui.screens.token_inspector import TokenInspector
+from app.tui.widgets.assistant_message import AssistantMessage
+from app.tui.widgets.user_message import UserMessage
+
+
+class InspectorMixin:
+    """``/tokens`` and friends; ``self`` is the ChatApp."""
+
+    async def cmd_tokens(self, arg: str) -> None:
+        self.action_show_tokens()
+
+    def action_show_tokens(self, message: Any = None) -> None:
+        session = self.session
+        if session is None:
+            self.notify("No model is loaded yet: the inspector shows what a turn sent", severity="warning")
+            return
+        if self.generating:
+            self.notify("A reply is still streaming: open the inspector when it has finished", severity="warning")
+            return
+        record, focus, title = self._record_for(session, message)
+        if record is None:
+            self.notify("No turn to inspect yet: the inspector shows the ids of a turn sent in this session "
+                        "(turns loaded from the history keep their text, not their ids)", severity="warning")
+            return
+        draft = self.prompt_input.text
+        draft_tokens = session.draft_tokens(draft) if draft.strip() and not draft.lstrip().startswith("/") else 0
+        parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count)
+        self.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus))
+
+    @staticmethod
+    def _record_for(session: Any, message: Any) -> tuple[Any, int | None, str]:
+        """The record to show for ``message`` (None: the last turn), the message's index in it, a title."""
+        messages = session.messages
+        replies = [m for m in messages if m.role == "assistant" and getattr(m, "record", None) is not None]
+        if message is None:
+            record = replies[-1].record if replies else None
+            return record, None, f"turn {len(replies)}" if record else ""
+        index = next((i for i, m in enumerate(messages) if m is message), None)
+        if index is None:
+            return None, None, ""
+        after = [m for m in messages[index:] if m.role == "assistant" and getattr(m, "record", None)]
+        record = after[0].record if after else None
+        if record is None:
+            return None, None, ""
+        focus = next((i for i, m in enumerate(record.messages) if m is message), None)
+        turn = next(n for n, m in enumerate(replies, start=1) if m is after[0])
+        return record, focus, f"turn {turn}"
+
+    def message_for_widget(self, widget: Any) -> Any:
+        """The session message a chat widget shows (matched from the newest end, by role)."""
+        view = self.chat_view
+        shown = [w for w in view.children if isinstance(w, (UserMessage, AssistantMessage))]
+        messages = [m for m in self.session.messages if m.role in ("user", "assistant")]
+        if widget not in shown:
+            return None
+        offset = len(shown) - shown.index(widget)
+        if offset > len(messages):
+            return None
+        message = messages[-offset]
+        expected = "user" if isinstance(widget, UserMessage) else "assistant"
+        return message if message.role == expected else None
+
+    def on_click(self, event: events.Click) -> None:
+        """A double click on a message opens its tokens (``@on`` is not collected from a mixin)."""
+        if getattr(event, "chain", 1) < 2 or self.session is None:
+            return
+        widget = event.widget
+        while widget is not None and not isinstance(widget, (UserMessage, AssistantMessage)):
+            widget = widget.parent
+        if widget is None:
+            return
+        message = self.message_for_widget(widget)
+        if message is not None:
+            self.action_show_tokens(message)

@@ -1,0 +1,1 @@
+"""Full screens pushed over the chat (the token inspector)."""
