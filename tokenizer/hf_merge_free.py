@@ -1,0 +1,383 @@
+"""tokenizer.json files with a ``WordPiece`` or ``Unigram`` model, as Hugging Face ``tokenizers`` runs them.
+
+Pieces (each as the Rust crate does it, which is not always llama.cpp's way):
+
+* ``BertNormalizer``: clean_text drops NUL, U+FFFD and "other" characters
+  (Cc Cf Cs Co Cn, but not tab/CR/LF) and maps whitespace to a space;
+  CJK ideographs get spaces around them; accents are stripped by real NFD
+  minus non-spacing marks (Mn); lower-casing is per character (so no
+  final-sigma rule, unlike ``str.lower``).
+* ``BertPreTokenizer``: split at whitespace, each punctuation character
+  (ASCII punctuation or ``\\p{P}``) its own piece.
+* ``WordPiece``: greedy longest match with ``##`` continuations; a word
+  longer than ``max_input_chars_per_word`` or with an unmatched position is
+  ``[UNK]``.
+* ``Metaspace`` (``prepend_scheme`` always/never, ``split``) and
+  ``WhitespaceSplit`` / ``Whitespace`` pre-tokenizers.
+* ``Unigram``: Viterbi over UTF-8 positions with every vocabulary piece
+  (HF's trie holds them all), unknown characters at ``min_score - 10``
+  fused into one piece, then ``byte_fallback`` to ``<0xXX>`` tokens.
+* ``Replace`` normalizers (string or regex) besides NFC/NFD/NFKC/NFKD/Lowercase.
+
+Not supported (refused by name): the ``Precompiled`` normalizer (HF applies
+it per grapheme cluster), Metaspace's ``prepend_scheme: first``,
+``Split``/``ByteLevel`` pre-tokenizers with these models.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any, Callable
+
+import regex
+
+from tokenizer.core import ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
+from tokenizer.errors import TokenizerError
+from tokenizer.gguf_vocab import eog_by_text
+from tokenizer.specials import HFSpecialSplitter, SpecialToken
+
+_SPACE = "\u2581"
+#: Rust's ``char::is_whitespace`` (the Unicode White_Space property)
+_WS = "\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_ASCII_PUNCT = r"!-/:-@\[-`{-~"
+_BERT_SPLIT = regex.compile(f"[{_ASCII_PUNCT}\\p{{P}}]|[^{_WS}{_ASCII_PUNCT}\\p{{P}}]+")
+_WS_RUN = regex.compile(f"[^{_WS}]+")
+_WHITESPACE_PRE = regex.compile(r"\w+|[^\w\s]+")
+_CJK = "\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f" \
+       "\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f"
+_CJK_RX = regex.compile(f"([{_CJK}])")
+_OTHER_RX = regex.compile(r"[\x00\ufffd]|[^\t\n\r\P{C}]")  # NUL, U+FFFD, and \p{C} minus tab/CR/LF
+_WS_RX = regex.compile(f"[{_WS}]")
+_MN_RX = regex.compile(r"\p{Mn}")
+
+
+def _lower_per_char(text: str) -> str:
+    """Rust's per-character ``to_lowercase``: like ``str.lower`` but Σ is always σ."""
+    return text.lower() if "\u03a3" not in text else "".join(c.lower() for c in text)
+
+
+def bert_normalizer(spec: dict) -> Callable[[str], str]:
+    clean, chinese = spec.get("clean_text", True), spec.get("handle_chinese_chars", True)
+    lowercase = spec.get("lowercase", True)
+    strip = spec.get("strip_accents")
+    strip = lowercase if strip is None else strip
+
+    def run(s: str) -> str:
+        if clean:
+            s = _WS_RX.sub(" ", _OTHER_RX.sub("", s))
+        if chinese:
+            s = _CJK_RX.sub(r" \1 ", s)
+        if strip:
+            s = _MN_RX.sub("", unicodedata.normalize("NFD", s))
+        if lowercase:
+            s = _lower_per_char(s)
+        return s
+
+    return run
+
+
+def replace_normalizer(spec: dict) -> Callable[[str], str]:
+    pattern, content = spec.get("pattern") or {}, spec.get("content", "")
+    if not isinstance(content, str):
+        raise TokenizerError("tokenizer.json Replace needs a string content")
+    if "String" in pattern and isinstance(pattern["String"], str):
+        old = pattern["String"]
+        return lambda s: s.replace(old, content)
+    if "Regex" in pattern and isinstance(pattern["Regex"], str):
+        try:
+            rx = regex.compile(pattern["Regex"])
+        except regex.error as exc:
+            raise TokenizerError(f"tokenizer.json Replace regex does not compile: {exc}") from None
+        return lambda s: rx.sub(lambda m: content, s)
+    raise TokenizerError("tokenizer.json Replace without a String or Regex pattern")
+
+
+# -- pre-tokenizers ------------------------------------------------------------------
+
+def _metaspace(spec: dict) -> Callable[[list[tuple[str, bool]]], list[tuple[str, bool]]]:
+    rep = spec.get("replacement", _SPACE)
+    scheme = spec.get("prepend_scheme")
+    if scheme is None:  # older files: add_prefix_space
+        scheme = "always" if spec.get("add_prefix_space", True) else "never"
+    split = spec.get("split", True)
+    if scheme not in ("always", "never"):
+        # "first" depends on where a fragment sits in the whole text, which fragments do not know
+        raise TokenizerError(f"tokenizer.json Metaspace prepend_scheme {scheme!r} is not supported")
+    splitter = re.compile(f"(?={re.escape(rep)})")
+
+    def step(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+        out = []
+        for text, first in pieces:
+            text = text.replace(" ", rep)
+            if scheme == "always" and not text.startswith(rep):
+                text = rep + text
+            if split:
+                out.extend((p, False) for p in splitter.split(text) if p)
+            else:
+                out.append((text, False))
+        return out
+
+    return step
+
+
+def _findall(rx: regex.Pattern[str]):
+    return lambda pieces: [(p, False) for text, _ in pieces for p in rx.findall(text)]
+
+
+def pre_tokenizer(spec: Any) -> Callable[[list[tuple[str, bool]]], list[tuple[str, bool]]]:
+    """Pieces as (text, starts the original text) pairs -> pieces."""
+    if spec is None:
+        return lambda pieces: pieces
+    kind = spec.get("type")
+    if kind == "Sequence":
+        steps = [pre_tokenizer(s) for s in spec.get("pretokenizers", [])]
+
+        def run(pieces):
+            for step in steps:
+                pieces = step(pieces)
+            return pieces
+
+        return run
+    if kind == "BertPreTokenizer":
+        return _findall(_BERT_SPLIT)
+    if kind == "WhitespaceSplit":
+        return _findall(_WS_RUN)
+    if kind == "Whitespace":
+        return _findall(_WHITESPACE_PRE)
+    if kind == "Metaspace":
+        return _metaspace(spec)
+    raise TokenizerError(f"tokenizer.json pre-tokenizer {kind!r} is not supported with this model")
+
+
+# -- models -----------------------------------------------------------------------------
+
+class HFWordPiece:
+    """HF ``WordPiece``: ``vocab`` text -> id, ``##`` continuations, per-word cache."""
+
+    def __init__(self, vocab: dict[str, int], unk_id: int, prefix: str, max_chars: int) -> None:
+        self.vocab, self.unk, self.prefix, self.max_chars = vocab, [unk_id], prefix, max_chars
+        self.max_len = max(map(len, vocab), default=1)
+        self.cache: dict[str, list[int]] = {}
+
+    def word_ids(self, word: str) -> list[int]:
+        if len(word) > self.max_chars:
+            return self.unk
+        get, prefix, out = self.vocab.get, self.prefix, []
+        i, n = 0, len(word)
+        while i < n:
+            for j in range(min(n, i + self.max_len), i, -1):
+                tid = get(word[i:j] if i == 0 else prefix + word[i:j])
+                if tid is not None:
+                    out.append(tid)
+                    i = j
+                    break
+            else:
+                return self.unk
+        return out
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        cache, out = self.cache, []
+        if len(cache) > 200_000:
+            cache.clear()
+        for p in pieces:
+            ids = cache.get(p)
+            if ids is None:
+                ids = cache[p] = self.word_ids(p)
+            out.extend(ids)
+        return out
+
+
+class HFUnigram:
+    """HF ``Unigram``: Viterbi over UTF-8 byte positions, unknowns fused, then byte fallback."""
+
+    def __init__(self, pieces: list[tuple[str, float]], unk_id: int | None, byte_fallback: bool) -> None:
+        self.ids = {text: i for i, (text, _) in enumerate(pieces)}
+        self.scores = [score for _, score in pieces]
+        self.unk_id = unk_id
+        self.byte_fallback = byte_fallback
+        self.unk_score = min(self.scores, default=0.0) - 10.0
+        self.max_len = max((len(t) for t, _ in pieces), default=1)
+        self.cache: dict[str, list[int]] = {}
+
+    def pieces_of(self, s: str) -> list[str]:
+        """The best segmentation of ``s`` into strings (unknown runs fused)."""
+        n = len(s)
+        get, scores, max_len = self.ids.get, self.scores, self.max_len
+        best = [0.0] * (n + 1)
+        start = [-1] * (n + 1)
+        unk = [False] * (n + 1)
+        start[0] = 0
+        for i in range(n):
+            here = best[i]
+            single = False
+            for j in range(i + 1, min(n, i + max_len) + 1):
+                tid = get(s[i:j])
+                if tid is None:
+                    continue
+                if j == i + 1:
+                    single = True
+                cand = scores[tid] + here
+                if start[j] < 0 or cand > best[j]:
+                    best[j], start[j], unk[j] = cand, i, tid == self.unk_id
+            if not single:
+                if self.unk_id is None:
+                    raise TokenizerError("this Unigram tokenizer.json has no unk_id for unknown characters")
+                cand = self.unk_score + here
+                if start[i + 1] < 0 or cand > best[i + 1]:
+                    best[i + 1], start[i + 1], unk[i + 1] = cand, i, True
+        out: list[str] = []
+        fused: list[str] = []
+        end = n
+        while end > 0:
+            i = start[end]
+            if unk[end]:
+                fused.append(s[i:end])
+            else:
+                if fused:
+                    out.append("".join(reversed(fused)))
+                    fused = []
+                out.append(s[i:end])
+            end = i
+        if fused:
+            out.append("".join(reversed(fused)))
+        out.reverse()
+        return out
+
+    def piece_ids(self, piece: str) -> list[int]:
+        out: list[int] = []
+        for text in self.pieces_of(piece):
+            tid = self.ids.get(text)
+            if tid is not None:
+                out.append(tid)
+                continue
+            if self.byte_fallback:
+                found = [self.ids.get(f"<0x{b:02X}>") for b in text.encode("utf-8", "surrogatepass")]
+                if all(t is not None for t in found):
+                    out.extend(found)  # type: ignore[arg-type]
+                    continue
+            out.append(self.unk_id)  # type: ignore[arg-type]
+        return out
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        cache, out = self.cache, []
+        if len(cache) > 200_000:
+            cache.clear()
+        for p in pieces:
+            ids = cache.get(p)
+            if ids is None:
+                ids = cache[p] = self.piece_ids(p) if p else []
+            out.extend(ids)
+        return out
+
+
+def _wordpiece_render(prefix: str):
+    def render(text: str) -> bytes:
+        return (text[len(prefix):] if text.startswith(prefix) else " " + text).encode("utf-8")
+
+    return render
+
+
+def _unigram_render(text: str) -> bytes:
+    return text.replace(_SPACE, " ").encode("utf-8")
+
+
+def load_merge_free(path: Path, data: dict, normalize: Callable[[str], str] | None, config: dict) -> Tokenizer:
+    """A :class:`Tokenizer` for a WordPiece or Unigram ``tokenizer.json`` (``data`` already parsed)."""
+    from tokenizer.hf_json import _chat_template, _post_processor_adds, _token_text
+
+    model = data["model"]
+    kind = model.get("type")
+    added = data.get("added_tokens") or []
+    if not isinstance(added, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("id"), int) and a["id"] >= 0 and isinstance(a.get("content"), str)
+        and a["content"] for a in added
+    ):
+        raise TokenizerError(f"{path}: added_tokens entries need an integer id and non-empty content")
+    if kind == "WordPiece":
+        vocab = model.get("vocab")
+        if not isinstance(vocab, dict) or not vocab or not all(
+            isinstance(k, str) and isinstance(v, int) and 0 <= v < 4 * len(vocab) + 1024 for k, v in vocab.items()
+        ):
+            raise TokenizerError(f"{path}: WordPiece vocab must map strings to integer ids and not be empty")
+        unk_text = model.get("unk_token", "[UNK]")
+        if unk_text not in vocab:
+            raise TokenizerError(f"{path}: WordPiece unk_token {unk_text!r} is not in the vocabulary")
+        prefix = model.get("continuing_subword_prefix") or "##"
+        algo: Any = HFWordPiece(vocab, vocab[unk_text], prefix, int(model.get("max_input_chars_per_word", 100)))
+        ids = dict(vocab)
+        render: Callable[[str], bytes] = _wordpiece_render(prefix)
+        size = max(vocab.values()) + 1
+    else:
+        raw = model.get("vocab")
+        if not isinstance(raw, list) or not raw or not all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (int, float))
+            for p in raw
+        ):
+            raise TokenizerError(f"{path}: Unigram vocab must be a non-empty list of [piece, score] pairs")
+        unk_id = model.get("unk_id")
+        if unk_id is not None and not (isinstance(unk_id, int) and 0 <= unk_id < len(raw)):
+            raise TokenizerError(f"{path}: Unigram unk_id {unk_id!r} is out of range")
+        algo = HFUnigram([(p[0], float(p[1])) for p in raw], unk_id, bool(model.get("byte_fallback")))
+        ids = dict(algo.ids)
+        render = _unigram_render
+        size = len(raw)
+    size = max([size, *(a["id"] + 1 for a in added)])
+    if size > 4 * (len(ids) + len(added)) + 1024:
+        raise TokenizerError(f"{path}: token ids run far beyond the tokens listed")
+    tokens = [f"[EMPTY_{i}]" for i in range(size)]
+    for text, tid in ids.items():
+        tokens[tid] = text
+    attrs = [ATTR_NORMAL] * size
+    if kind == "Unigram" and model.get("byte_fallback"):
+        for b in range(256):
+            tid = ids.get(f"<0x{b:02X}>")
+            if tid is not None:
+                attrs[tid] = ATTR_BYTE
+    specials = []
+    for a in added:
+        tid, text = a["id"], a["content"]
+        tokens[tid] = text
+        ids[text] = tid
+        attrs[tid] = ATTR_CONTROL if a.get("special") else ATTR_USER_DEFINED
+        specials.append(SpecialToken(text, tid, control=bool(a.get("special")), lstrip=bool(a.get("lstrip")),
+                                     rstrip=bool(a.get("rstrip")), single_word=bool(a.get("single_word"))))
+    pre = pre_tokenizer(data.get("pre_tokenizer"))
+    encode_pieces = algo.encode_pieces
+
+    def encode_fragment(text: str) -> list[int]:
+        if normalize is not None:
+            text = normalize(text)
+        if not text:
+            return []
+        return encode_pieces([p for p, _ in pre([(text, True)])])
+
+    bos_text = _token_text(config.get("bos_token") or config.get("cls_token"))
+    eos_text = _token_text(config.get("eos_token") or config.get("sep_token"))
+    post = data.get("post_processor")
+    single = (post or {}).get("single") if isinstance(post, dict) else None
+    if isinstance(single, list) and single:
+        first, last = single[0], single[-1]
+        bos_text = bos_text or (first.get("SpecialToken") or {}).get("id")
+        eos_text = eos_text or (last.get("SpecialToken") or {}).get("id")
+    bos_id = ids.get(bos_text) if bos_text else None
+    eos_id = ids.get(eos_text) if eos_text else None
+    add_bos = config.get("add_bos_token")
+    if not isinstance(add_bos, bool):
+        add_bos = _post_processor_adds(post, bos_text)
+    eog = eog_by_text({a["content"]: a["id"] for a in added})
+    if eos_id is not None:
+        eog.add(eos_id)
+    splitter = HFSpecialSplitter(specials)
+    return Tokenizer(
+        TokenizerParts(
+            kind="wordpiece" if kind == "WordPiece" else "unigram", pre=None, tokens=tokens, attrs=attrs,
+            render=render, encode_fragment=encode_fragment, splitter=splitter,
+            bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
+            add_eos=bool(isinstance(single, list) and single and eos_text
+                         and (single[-1].get("SpecialToken") or {}).get("id") == eos_text),
+            eog_ids=frozenset(eog), chat_template=_chat_template(config.get("chat_template")),
+            metadata={}, token_to_id=ids, source=str(path), caches=[algo.cache],
+        )
+    )
+
