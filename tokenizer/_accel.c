@@ -22,6 +22,8 @@
  *       (rank, merged id); lowest rank first, leftmost on ties.  Returns
  *       None when it cannot decide exactly (a byte without a token, a piece
  *       too long for the quadratic scan), and Python takes over.
+ *       (_accel_gguf.c's merger_from_gguf builds the same table straight
+ *       from a GGUF file's raw arrays, without a Python string per token.)
  *
  * No Python objects are kept beyond the pair table; nothing here allocates
  * per character except the output list.
@@ -30,6 +32,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_accel_merger.h"
 
 enum { F_L = 1, F_N = 2, F_M = 4, F_WS = 8 };
 enum { MODE_GPT2 = 0, MODE_LLAMA3 = 1, MODE_QWEN2 = 2, MODE_QWEN35 = 3, MODE_STARCODER = 4 };
@@ -166,27 +170,10 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
 
 /* ---- BPE merger ---------------------------------------------------------- */
 
-typedef struct {
-    uint64_t key; /* (left << 32) | right, +1 so 0 means empty */
-    int32_t rank;
-    int32_t merged;
-} Slot;
-
-typedef struct {
-    PyObject_HEAD
-    Slot *slots;
-    uint64_t mask;
-    int32_t byte_ids[256];
-} Merger;
-
+/* Slot, Merger and the slot lookup live in _accel_merger.h (shared with _accel_gguf.c) */
 #define MAX_SCAN 1024
 
-static Slot *find_slot(Merger *m, uint64_t key) {
-    uint64_t h = (key * 0x9E3779B97F4A7C15ULL) >> 17;
-    for (uint64_t i = h & m->mask;; i = (i + 1) & m->mask) {
-        if (m->slots[i].key == key || m->slots[i].key == 0) return &m->slots[i];
-    }
-}
+static Slot *find_slot(Merger *m, uint64_t key) { return merger_find_slot(m, key); }
 
 static inline int pair_rank(Merger *m, int32_t a, int32_t b, int32_t *merged) {
     Slot *s = find_slot(m, (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1);
@@ -324,7 +311,7 @@ static PyMethodDef Merger_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject MergerType = {
+PyTypeObject MergerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tokenizer._accel.Merger",
     .tp_basicsize = sizeof(Merger),
@@ -356,7 +343,7 @@ PyMODINIT_FUNC PyInit__accel(void) {
     Py_INCREF(&MergerType);
     Py_INCREF(&SPMMergerType);
     if (PyModule_AddObject(mod, "Merger", (PyObject *)&MergerType) < 0 ||
-        PyModule_AddObject(mod, "SPMMerger", (PyObject *)&SPMMergerType) < 0) {
+        PyModule_AddObject(mod, "SPMMerger", (PyObject *)&SPMMergerType) < 0 || accel_gguf_add(mod) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -6,16 +6,16 @@ the extension was not built (no compiler at install time) or when
 ``TOKCHAT_NO_ACCEL=1`` is set.
 
 The C splitter needs each code point's class under llama.cpp's Unicode
-tables; :func:`flag_table` builds that once per process from the same
-``regex`` classes the Python pre-tokenizer uses (about 0.1 s).
+tables; :func:`flag_table` builds that from the same ``regex`` classes the
+Python pre-tokenizer uses (0.05 to 0.1 s) once per machine and keeps it in
+the cache directory (:mod:`tokenizer.table_cache`).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from array import array
 from types import ModuleType
-
-import regex
 
 from tokenizer import unicode_classes as uc
 
@@ -51,17 +51,38 @@ def flag_table(llama: bool = True) -> bytes:
 
     ``llama=True``: as llama.cpp classifies them (its older Unicode tables);
     ``llama=False``: as the ``regex`` module does (tokenizer.json patterns).
+    Built once per machine and kept in the cache directory
+    (:mod:`tokenizer.table_cache`), keyed by everything it is derived from.
     """
     if llama not in _tables:
-        every = array("I", range(0x110000)).tobytes().decode("utf-32-le", "surrogatepass")
-        table = bytearray(0x110000)
-        # the four classes are disjoint, so plain assignment per run is enough
-        for bit, cls in ((FLAG_L, r"\p{L}"), (FLAG_N, r"\p{N}"), (FLAG_M, r"\p{M}"), (FLAG_WS, r"\s")):
-            for m in regex.finditer(f"{cls}+", every):
-                table[m.start() : m.end()] = bytes([bit]) * (m.end() - m.start())
-        if llama:
-            # what llama.cpp's older tables leave unassigned is "other" (never whitespace)
-            for first, last in uc.NEWER_THAN_LLAMA_CPP:
-                table[first : last + 1] = bytes(last + 1 - first)
-        _tables[llama] = bytes(table)
+        from tokenizer.table_cache import cached_table
+
+        _tables[llama] = cached_table(f"flags-{'llama' if llama else 'regex'}", _flag_key(llama),
+                                      lambda: build_flag_table(llama))
     return _tables[llama]
+
+
+def _flag_key(llama: bool) -> str:
+    """What the table depends on: the ``regex`` build (its Unicode tables), the builder's code, our ranges."""
+    import regex
+
+    code = build_flag_table.__code__
+    source = hashlib.sha256(code.co_code + repr((code.co_consts, uc.NEWER_THAN_LLAMA_CPP)).encode()).hexdigest()
+    return f"flag table v1 llama={llama} regex={regex.__version__} source={source}"
+
+
+def build_flag_table(llama: bool) -> bytes:
+    """The table computed from the ``regex`` module's classes (0.05 to 0.1 s)."""
+    import regex
+
+    every = array("I", range(0x110000)).tobytes().decode("utf-32-le", "surrogatepass")
+    table = bytearray(0x110000)
+    # the four classes are disjoint, so plain assignment per run is enough
+    for bit, cls in ((FLAG_L, r"\p{L}"), (FLAG_N, r"\p{N}"), (FLAG_M, r"\p{M}"), (FLAG_WS, r"\s")):
+        for m in regex.finditer(f"{cls}+", every):
+            table[m.start() : m.end()] = bytes([bit]) * (m.end() - m.start())
+    if llama:
+        # what llama.cpp's older tables leave unassigned is "other" (never whitespace)
+        for first, last in uc.NEWER_THAN_LLAMA_CPP:
+            table[first : last + 1] = bytes(last + 1 - first)
+    return bytes(table)

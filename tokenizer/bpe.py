@@ -29,8 +29,9 @@ _NO_RANK = 1 << 62
 class BPEModel:
     """Merges pieces with a rank table and maps the resulting symbols to ids.
 
-    ``ranks`` maps "left right" -> rank (symbols never hold a space); ``vocab``
-    maps symbol text -> id.
+    ``ranks`` maps "left right" -> rank (symbols never hold a space), or is a
+    function that builds that dict on first use (only the pure-Python merge
+    needs it; the C merger has its own table); ``vocab`` maps symbol text -> id.
     ``prepare`` turns a raw piece into the symbol string BPE works on (the
     GPT-2 byte map, or identity).  ``unknown`` handles a final symbol that is
     not in the vocabulary (llama.cpp and HF differ, so the loader decides).
@@ -40,7 +41,7 @@ class BPEModel:
     def __init__(
         self,
         vocab: dict[str, int],
-        ranks: dict[str, int],
+        ranks: dict[str, int] | Callable[[], dict[str, int]],
         prepare: Callable[[str], str],
         unknown: Callable[[str], list[int]],
         ignore_merges: bool = False,
@@ -48,7 +49,7 @@ class BPEModel:
         merger: Callable[[], Any] | None = None,
     ) -> None:
         self.vocab = vocab
-        self.ranks = ranks
+        self._ranks = ranks
         self.prepare = prepare
         self.unknown = unknown
         self.ignore_merges = ignore_merges
@@ -60,6 +61,14 @@ class BPEModel:
             self._merger_factory = None  # Gemma 4's newline runs need the string path
         self.merger: Any = None
         self.cache: dict[str, list[int]] = {}
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        """"left right" -> rank, built on first use when it was given as a function."""
+        ranks = self._ranks
+        if callable(ranks):
+            ranks = self._ranks = ranks()
+        return ranks
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         """Ids for a list of pieces, in order (the hot path of ``Tokenizer.encode``).

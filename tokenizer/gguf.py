@@ -6,6 +6,13 @@ can call without a backend.  This reader maps the file, walks the key/value
 section once and decodes string arrays in a tight loop, so Qwen's vocabulary
 plus merges (about 300k strings) load in well under 0.3 s.
 
+With the C accelerator built, string arrays are walked and decoded by
+``_accel.gguf_strings`` (same checks, no per-string Python loop), and the
+raw bytes of the tokenizer's two big arrays are kept (``GGUFFile.raw``) so the
+C merge table can be built from them without a Python string per merge.
+Whenever the C walk finds anything wrong, the Python walk below runs and
+reports it.
+
 It is written for hostile input.  Every length and count is checked against
 the bytes that are actually left in the file *before* anything is allocated,
 nesting depth is capped, and every problem becomes a :class:`GGUFError`
@@ -53,6 +60,9 @@ _SCALARS: dict[int, tuple[str, str, int]] = {
 }
 TYPE_NAMES = {t: spec[0] for t, spec in _SCALARS.items()} | {T_STRING: "string", T_ARRAY: "array"}
 
+#: string arrays whose stored bytes are kept beside their decoded lists (the C merge table reads them)
+RAW_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
+
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -73,6 +83,8 @@ class GGUFFile:
     types: dict[str, str] = field(default_factory=dict)
     #: offset just past the key/value section (where tensor infos start)
     kv_end: int = 0
+    #: key -> (the string array's bytes as stored: u64 length + UTF-8 each, count), for :data:`RAW_KEYS`
+    raw: dict[str, tuple[bytes, int]] = field(default_factory=dict, repr=False)
 
 
 class _Reader:
@@ -82,6 +94,10 @@ class _Reader:
         self.buf = buf
         self.size = size
         self.off = 0
+        #: the C walker (``_accel.gguf_strings``), or None
+        self.c_strings = _c_strings()
+        #: (start, end) of the last string array read
+        self.last_strings = (0, 0)
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.off + n > self.size:
@@ -126,6 +142,12 @@ class _Reader:
         per-string path runs, which also names the offending offset.
         """
         start = self.off
+        if self.c_strings is not None:
+            found = self.c_strings(self.buf, start, count, True)
+            if found is not None:
+                self.off, strings = found
+                self.last_strings = (start, self.off)
+                return strings
         headers, long_headers = self._walk_strings(count, what, record=True)
         off = self.off
         region = bytearray(self.buf[start:off])
@@ -143,8 +165,11 @@ class _Reader:
                 parts = []
             if len(parts) == count + 1 and not parts[0]:
                 del parts[0]
+                self.last_strings = (start, off)
                 return parts
-        return self._strings_slow(start, count, 0, what)
+        parts = self._strings_slow(start, count, 0, what)
+        self.last_strings = (start, off)
+        return parts
 
     def _walk_strings(self, count: int, what: str, record: bool = False) -> tuple[list[int], list[int]]:
         """Check and step over ``count`` strings; optionally note each length header's offset."""
@@ -224,7 +249,10 @@ class _Reader:
             start = self.off
             etype = self.u32(f"element type of {what}")
             count = self.u64(f"element count of {what}")
-            if etype == T_STRING:
+            walked = self.c_strings(self.buf, self.off, count, False) if etype == T_STRING and self.c_strings else None
+            if walked is not None:
+                self.off = walked[0]
+            elif etype == T_STRING:
                 self._walk_strings(count, what)
             elif etype == T_ARRAY:
                 if count * 12 > self.size - self.off:
@@ -324,11 +352,22 @@ def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Contain
             tname = TYPE_NAMES[vtype]
         if keys is None or key in keys:
             out.kv[key] = r.value(vtype, key)
+            if key in RAW_KEYS and tname == "array[string]":
+                start, end = r.last_strings
+                out.raw[key] = (bytes(buf[start:end]), len(out.kv[key]))
         else:
             r.skip(vtype, key)
         out.types[key] = tname
     out.kv_end = r.off
     return out
+
+
+def _c_strings() -> Any:
+    """``_accel.gguf_strings`` when the accelerator is built and allowed, else None."""
+    from tokenizer.accel import accel_module
+
+    accel = accel_module()
+    return getattr(accel, "gguf_strings", None)
 
 
 def read_gguf(path: str | os.PathLike[str], keys: Container[str] | None = None) -> GGUFFile:
