@@ -3,7 +3,7 @@
 Pieces (each as the Rust crate does it, which is not always llama.cpp's way):
 
 * ``BertNormalizer``: clean_text drops NUL, U+FFFD and "other" characters
-  (Cc Cf Cs Co Cn, but not tab/CR/LF) and maps whitespace to a space;
+  (Cc Cf Cs Co, not tab/CR/LF; unassigned ones stay, as in HF) and maps whitespace to a space;
   CJK ideographs get spaces around them; accents are stripped by real NFD
   minus non-spacing marks (Mn); lower-casing is per character (so no
   final-sigma rule, unlike ``str.lower``).
@@ -47,7 +47,8 @@ _WHITESPACE_PRE = regex.compile(r"\w+|[^\w\s]+")
 _CJK = "\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f" \
        "\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f"
 _CJK_RX = regex.compile(f"([{_CJK}])")
-_OTHER_RX = regex.compile(r"[\x00\ufffd]|[^\t\n\r\P{C}]")  # NUL, U+FFFD, and \p{C} minus tab/CR/LF
+# NUL, U+FFFD and "other" minus tab/CR/LF; HF's tables leave unassigned code points (Cn) alone
+_OTHER_RX = regex.compile(r"[\x00\ufffd]|[[\p{Cc}\p{Cf}\p{Co}\p{Cs}]--[\t\n\r]]", regex.V1)
 _WS_RX = regex.compile(f"[{_WS}]")
 _MN_RX = regex.compile(r"\p{Mn}")
 

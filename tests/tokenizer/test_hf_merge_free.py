@@ -7,13 +7,18 @@
   with byte fallback, Replace/NFC normalizers and Metaspace.
 
 HF's padding and truncation are switched off: they are post-processing, not
-tokenization.
+tokenization.  Known gap: HF's BERT pieces classify code points with Unicode 9
+tables (the ``unicode_categories`` crate), ours with the ``regex`` module's
+current ones, so a character assigned since (U+061D, say) can split
+differently; the random texts keep to characters both agree on.
 """
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import pytest
+import regex
 from conftest import golden_cases, ours, vocab_ggufs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -66,8 +71,16 @@ def test_llama_cpp_golden_inputs_match_hf(pair, llamacpp_models_dir):
 _RANGES = [(0x0, 0x24F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF), (0x600, 0x6FF), (0x900, 0x97F),
            (0x1000, 0x109F), (0x2000, 0x206F), (0x3000, 0x30FF), (0x4E00, 0x4E80), (0xAC00, 0xAC80),
            (0xFF00, 0xFF60), (0x1F600, 0x1F64F)]
+_UNASSIGNED = regex.compile(r"\p{Cn}")
+
+
+def _same_in_old_tables(c: str) -> bool:
+    """Assigned by Unicode 3.2, or unassigned still: HF's category tables (Unicode 9) agree with ours there."""
+    return unicodedata.ucd_3_2_0.category(c) != "Cn" or bool(_UNASSIGNED.match(c))
+
+
 _ALPHABET = st.one_of([st.characters(min_codepoint=a, max_codepoint=b, exclude_categories=("Cs",))
-                       for a, b in _RANGES])
+                       for a, b in _RANGES]).filter(_same_in_old_tables)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
