@@ -20,8 +20,12 @@ How each whole process is measured: a tiny wrapper process runs the command
 once with ``time.perf_counter`` around ``subprocess.run`` and reports
 ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``, so each peak belongs to
 exactly one run.  tokchat and its peer alternate (the order flips every
-round) after one unrecorded warm-up each; the tables show medians.  History
-and settings go to a temporary directory.
+round) after one unrecorded warm-up each; the tables show medians.  History,
+settings and tokchat's table cache go to a temporary directory (the warm-up
+fills the cache, as any earlier run on a user's machine would).  Python may
+write its bytecode cache, as it does for a user: this machine sets
+``PYTHONDONTWRITEBYTECODE=1``, which would recompile tokchat's modules in
+every run while the engine's, installed by pip, come precompiled.
 
     .venv/bin/python bench/bench_startup.py [--rounds 5] [--only headless,tokenize,load,tui]
 """
@@ -83,18 +87,18 @@ Llama(model_path=sys.argv[1], n_ctx=n_ctx, n_threads=threads, n_threads_batch=th
 TOKENIZER_LOAD = """import json, sys, time
 t0 = time.perf_counter()
 from tokenizer import load_tokenizer
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 tok = load_tokenizer(sys.argv[1])
 t2 = time.perf_counter()
 ids = tok.encode("hi")
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), time.process_time()
 from llama_cpp import Llama
-t4 = time.perf_counter()
+t4, c4 = time.perf_counter(), time.process_time()
 llm = Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
-t5 = time.perf_counter()
+t5, c5 = time.perf_counter(), time.process_time()
 assert ids == llm.tokenize(b"hi", add_bos=False, special=False), "ids differ from llama.cpp"
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_encode": t3 - t2, "ready": t3 - t1,
-                  "llama_vocab_only": t5 - t4}))
+                  "ready_cpu": c3 - c1, "llama_vocab_only": t5 - t4, "llama_cpu": c5 - c4}))
 """
 
 
@@ -174,9 +178,11 @@ def bench_load(rounds: int, env: dict[str, str]) -> list[str]:
     measure(cmd, env)  # warm-up
     runs = [json.loads(measure(cmd, env)["stdout"]) for _ in range(rounds)]
     ready, vocab = med(runs, "ready"), med(runs, "llama_vocab_only")
+    cpu, vocab_cpu = med(runs, "ready_cpu"), med(runs, "llama_cpu")
     parts = ", ".join(f"{k} {med(runs, k):.3f} s" for k in ("import", "load", "first_encode"))
-    return [f"| Qwen vocabulary (151,936 tokens) GGUF -> ready to encode, in-process "
+    return [f"| Qwen vocabulary (151,936 tokens) GGUF -> ready to encode, in-process, wall "
             f"(llama.cpp: `vocab_only` load) | {ready:.3f} s | {vocab:.3f} s | {ready / vocab:.2f}x |",
+            f"| the same, CPU time of the process | {cpu:.3f} s | {vocab_cpu:.3f} s | {cpu / vocab_cpu:.2f}x |",
             f"<!-- {parts} -->"]
 
 
@@ -259,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark {unknown[0]!r}: choose from {', '.join(BENCHES)}")
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "TOKCHAT_DATA_DIR": str(Path(home) / "data"),
+        env = {**os.environ, "TOKCHAT_DATA_DIR": str(Path(home) / "data"), "TOKCHAT_CACHE_DIR": str(Path(home) / "cache"),
                "TOKCHAT_CONFIG_DIR": str(Path(home) / "config"), "PYTHONPATH": str(ROOT)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         load = os.getloadavg()[0]
         print(f"medians of {args.rounds} fresh processes each; load average {load:.1f} at the start\n")
         print("| what | tokchat | the engine alone (llama-cpp-python) | ratio / difference |")

@@ -305,7 +305,24 @@ fail:
     return NULL;
 }
 
+/* token_ids(tokens: list[str]) -> dict[str, int]: dict(zip(tokens, range(n))), sized once */
+static PyObject *py_token_ids(PyObject *self, PyObject *tokens) {
+    if (!PyList_Check(tokens)) {
+        PyErr_SetString(PyExc_TypeError, "token_ids() takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tokens);
+    PyObject *ids = _PyDict_NewPresized(n);
+    for (Py_ssize_t i = 0; ids && i < n; i++) {
+        PyObject *id = PyLong_FromSsize_t(i);
+        if (!id || PyDict_SetItem(ids, PyList_GET_ITEM(tokens, i), id) < 0) Py_CLEAR(ids);
+        Py_XDECREF(id);
+    }
+    return ids;
+}
+
 static PyMethodDef gguf_methods[] = {
+    {"token_ids", py_token_ids, METH_O, "token_ids(tokens) -> dict(zip(tokens, range(len(tokens)))), presized"},
     {"gguf_strings", py_gguf_strings, METH_VARARGS,
      "gguf_strings(buf, offset, count, decode) -> (end, list[str] | None), or None when malformed"},
     {"merger_from_gguf", py_merger_from_gguf, METH_VARARGS,

@@ -106,7 +106,7 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     scores = _array(kv, types, "tokenizer.ggml.scores", ("array[float32]", "array[int32]"), n)
     toktypes = _array(kv, types, "tokenizer.ggml.token_type", ("array[int32]",), n)
     attrs = list(map(_TYPE_ATTR.get, toktypes[:n], repeat(0))) if toktypes is not None else [ATTR_NORMAL] * n
-    ids = dict(zip(tokens, range(n)))
+    ids = token_ids(tokens)
     pre = kv.get("tokenizer.ggml.pre") if model != "gemma4" else "gemma4"
     spm = model == "llama"
     special: dict[str, int | None] = dict.fromkeys(_ID_KEYS)
@@ -192,6 +192,14 @@ def _model_strip_flags(kv: dict[str, Any], pre: Any, tokens: list[str], ids: dic
             attrs[tid] = attrs[tid] | ATTR_RSTRIP if on else attrs[tid] & ~ATTR_RSTRIP
     elif "modern-bert" in name and "[MASK]" in ids:
         attrs[ids["[MASK]"]] |= ATTR_LSTRIP
+
+
+def token_ids(tokens: list[str]) -> dict[str, int]:
+    """text -> id, the last id winning for a text seen twice (the C accelerator sizes the dict once)."""
+    from tokenizer.accel import accel_module
+
+    build = getattr(accel_module(), "token_ids", None)
+    return build(tokens) if build is not None else dict(zip(tokens, range(len(tokens))))
 
 
 def eog_by_text(ids: dict[str, int]) -> set[int]:

@@ -137,3 +137,9 @@ def test_a_duplicate_token_maps_to_its_last_id_in_both_tables():
                                        BYTE_TO_CHAR, True)
     from_strings = _accel.Merger(["a b"], dict(zip(tokens, range(len(tokens)))), BYTE_TO_CHAR, True)
     assert from_raw.encode("ab") == from_strings.encode("ab") == [4]
+
+
+def test_token_ids_is_dict_of_zip_with_the_last_id_winning(qwen_path):
+    tokens = read_gguf(qwen_path).kv["tokenizer.ggml.tokens"]
+    assert _accel.token_ids(tokens) == dict(zip(tokens, range(len(tokens))))
+    assert _accel.token_ids(["a", "b", "a", ""]) == {"a": 2, "b": 1, "": 3}
