@@ -32,6 +32,7 @@ from app.tui.generation import EventBuffer, pump
 from app.tui.history import HistoryMixin
 from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
+from app.tui.pull import PullMixin
 from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.chat_view import ChatView
 from app.tui.widgets.context_meter import ContextMeter
@@ -52,7 +53,7 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, App):
+class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, PullMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -393,14 +394,17 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, App):
     # -------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
-            return self.generating or self._editing
+            return self.generating or self._editing or self.pulling
         return True
 
     def watch_generating(self) -> None:
         self.refresh_bindings()
 
     def action_stop(self) -> None:
-        """Esc: stop the reply now; the session keeps the partial text (marked stopped)."""
+        """Esc: stop the reply now; the session keeps the partial text (marked stopped).
+        With no reply streaming, Esc cancels a model download (:mod:`app.tui.pull`)."""
+        if not self.generating and not self._editing and self.cancel_pull():
+            return
         if self._editing and not self.generating:
             self._editing = False
             self.prompt_input.load_text("")

@@ -7,7 +7,6 @@ too: choosing one puts ``/name `` in the prompt box to finish typing.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
@@ -182,12 +181,12 @@ class CommandsMixin:
                                                     self.chat.context_size))
 
     async def cmd_model(self, arg: str) -> None:
-        if not arg:
-            raise SlashError("/model needs a path: /model PATH.gguf")
         if self.generating:
             raise SlashError("/model has to wait until the reply finishes (Esc stops it)")
-        self.options = replace(self.options, model=arg)
-        self.start_load()
+        if not arg:
+            self.open_model_picker()  # app.tui.pull
+            return
+        self.switch_model(arg)  # downloads first when arg names the hub and is not cached
 
     async def cmd_history(self, arg: str) -> None:
         self.action_toggle_history()

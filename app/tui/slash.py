@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("[PATH]", "write this conversation as Markdown, or JSON if PATH ends in .json "
                "(default: ./tokchat-<time>.md)"),
     "stats": ("", "totals for this conversation"),
-    "model": ("PATH", "open another model"),
+    "model": ("[PATH|hf:REF]", "open another model: none opens the picker; hf:ORG/REPO:QUANT or a preset "
+              "name downloads it first"),
     "history": ("", "show or hide the history sidebar"),
     "tokens": ("", "the token inspector: the last turn's exact ids, pieces and context breakdown"),
     "help": ("", "list commands and keys"),

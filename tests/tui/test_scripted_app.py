@@ -156,7 +156,7 @@ async def test_load_failure_keeps_the_app_usable(scripted_app, tmp_path):
         app.prompt_input.load_text("/help")
         await pilot.press("enter")
         await pilot.pause()
-        assert "/model PATH" in app.query(Notice).last().text
+        assert "/model [PATH" in app.query(Notice).last().text
 
 
 async def test_history_sidebar_resume_rename_delete(scripted_app, store):

@@ -2,6 +2,7 @@
 
 While the model loads it shows the load status instead (file, size, the step
 in progress); after a failed load it says so, and the chat screen explains.
+A download started from the TUI adds its progress at the end.
 """
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ class ModelBar(Static):
 
     text: reactive[str] = reactive("tokchat")
     state: reactive[str] = reactive("loading")
+    #: a download running beside the chat (:mod:`app.tui.pull`): its progress line, else ""
+    download: reactive[str] = reactive("")
 
     def render(self) -> str:
-        return f"tokchat · {self.text}"
+        return f"tokchat · {self.text}" + (f"  ·  {self.download}" if self.download else "")
 
     def watch_state(self, state: str) -> None:
         for name in ("loading", "ready", "failed"):
