@@ -11,7 +11,8 @@ setup(
     ext_modules=[
         Extension(
             "tokenizer._accel",
-            sources=["tokenizer/_accel.c", "tokenizer/_accel_spm.c", "tokenizer/_accel_gguf.c"],
+            sources=["tokenizer/_accel.c", "tokenizer/_accel_spm.c", "tokenizer/_accel_gguf.c",
+                     "tokenizer/_accel_merge_free.c"],
             depends=["tokenizer/_accel_merger.h"],
             optional=True,
         ),

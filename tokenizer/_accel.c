@@ -324,8 +324,9 @@ PyTypeObject MergerType = {
 };
 
 
-/* defined in _accel_spm.c */
+/* defined in _accel_spm.c; WordPiece and Unigram in _accel_merge_free.c */
 extern PyTypeObject SPMMergerType;
+extern int accel_merge_free_add(PyObject *module);
 
 static PyMethodDef module_methods[] = {
     {"split", py_split, METH_VARARGS, "split(text, mode, flags) -> list[str]"},
@@ -343,7 +344,8 @@ PyMODINIT_FUNC PyInit__accel(void) {
     Py_INCREF(&MergerType);
     Py_INCREF(&SPMMergerType);
     if (PyModule_AddObject(mod, "Merger", (PyObject *)&MergerType) < 0 ||
-        PyModule_AddObject(mod, "SPMMerger", (PyObject *)&SPMMergerType) < 0 || accel_gguf_add(mod) < 0) {
+        PyModule_AddObject(mod, "SPMMerger", (PyObject *)&SPMMergerType) < 0 || accel_gguf_add(mod) < 0 ||
+        accel_merge_free_add(mod) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

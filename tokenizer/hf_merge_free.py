@@ -160,10 +160,13 @@ class HFWordPiece:
         self.vocab, self.unk, self.prefix, self.max_chars = vocab, [unk_id], prefix, max_chars
         self.max_len = max(map(len, vocab), default=1)
         self.cache: dict[str, list[int]] = {}
+        self._matcher: Any = _c_wordpiece(vocab, prefix)
 
     def word_ids(self, word: str) -> list[int]:
         if len(word) > self.max_chars:
             return self.unk
+        if self._matcher is not None:
+            return self._matcher.match(word) or self.unk
         get, prefix, out = self.vocab.get, self.prefix, []
         i, n = 0, len(word)
         while i < n:
@@ -187,6 +190,19 @@ class HFWordPiece:
                 ids = cache[p] = self.word_ids(p)
             out.extend(ids)
         return out
+
+
+def _c_wordpiece(vocab: dict[str, int], prefix: str) -> Any:
+    """The C accelerator's greedy matcher (same ids), or None without it."""
+    from tokenizer.accel import accel_module
+
+    accel = accel_module()
+    if accel is None or not hasattr(accel, "WordPiece"):
+        return None
+    try:
+        return accel.WordPiece(vocab, prefix)
+    except (ValueError, TypeError, UnicodeError, OverflowError):
+        return None
 
 
 class HFUnigram:

@@ -70,7 +70,7 @@ def _wpm_matcher(ids: dict[str, int]):
 
     def build():
         try:
-            return accel.WordPiece(ids, _SPACE, "")
+            return accel.WordPiece(ids, "")
         except (ValueError, TypeError, UnicodeError):
             return None
 
@@ -83,9 +83,12 @@ def _ugm_viterbi(ugm: Any, v: dict[str, Any], kv: dict[str, Any]):
         return None
 
     def build():
+        pieces = list(ugm.pieces.items())
         try:
-            return accel.Unigram(ugm)
-        except (ValueError, TypeError, UnicodeError):
+            return accel.Unigram([t for t, _ in pieces], [i for _, (i, _) in pieces], [s for _, (_, s) in pieces],
+                                 ugm.user_tokens, ugm.charsmap_blob, ugm.unk_id, ugm.unk_score,
+                                 ugm.add_space_prefix, ugm.merge_spaces, ugm.space != " ")
+        except (ValueError, TypeError, UnicodeError, OverflowError):
             return None
 
     return build

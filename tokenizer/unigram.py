@@ -130,6 +130,8 @@ class LlamaUnigram:
         self.max_len = max(map(len, self.pieces), default=1)
         self.user_prefixes = {t[:k] for t in user for k in range(1, len(t) + 1)}
         self.user_first = {t[0] for t in user}
+        self.user_tokens = user
+        self.charsmap_blob = charsmap
         self.charsmap = CharsMap(charsmap) if charsmap else None
         self.space = _SPACE if escape_whitespaces else " "
         self.add_space_prefix = add_space_prefix

@@ -103,7 +103,7 @@ class LlamaWordPiece:
     def word_ids(self, word: str) -> list[int]:
         """Ids for one pre-processed word (uncached)."""
         if self._matcher is not None:
-            ids = self._matcher.match(word)
+            ids = self._matcher.match(_SPACE + word)
         else:
             ids = greedy_longest(_SPACE + word, self.vocab, self.max_len)
         return ids if ids is not None else self.unk

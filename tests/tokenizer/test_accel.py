@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tok_corpus import base64_blob, corpus
 
+from assets import asset_path
 from tokenizer import load_tokenizer
 from tokenizer.accel import SPLIT_MODES
 from tokenizer.pretokenize import make_pretokenizer
@@ -20,17 +21,29 @@ TEXTS = corpus() + ["a" * 10000, base64_blob(20_000), "中文" * 400, "it'ſ, IT
 
 
 @pytest.fixture(scope="module",
-                params=["qwen", "smollm", "qwen-json", "llama32-json", "llama-bpe", "gemma", "phi-3"])
+                params=["qwen", "smollm", "qwen-json", "llama32-json", "llama-bpe", "gemma", "phi-3",
+                        "bert-bge", "nomic-bert-moe", "minilm-json"])
 def pair(request, qwen_path, smollm_path, gemma_path, qwen_tokenizer_dir, llama32_tokenizer_dir, llamacpp_models_dir):
     path = {"qwen": qwen_path, "smollm": smollm_path, "qwen-json": qwen_tokenizer_dir, "gemma": gemma_path,
             "llama32-json": llama32_tokenizer_dir,
             "llama-bpe": llamacpp_models_dir / "ggml-vocab-llama-bpe.gguf",
-            "phi-3": llamacpp_models_dir / "ggml-vocab-phi-3.gguf"}[request.param]
+            "phi-3": llamacpp_models_dir / "ggml-vocab-phi-3.gguf",
+            "bert-bge": llamacpp_models_dir / "ggml-vocab-bert-bge.gguf",
+            "nomic-bert-moe": llamacpp_models_dir / "ggml-vocab-nomic-bert-moe.gguf",
+            "minilm-json": asset_path("minilm-l6-tokenizer.json")}[request.param]
     mp = pytest.MonkeyPatch()
     mp.setenv("TOKCHAT_NO_ACCEL", "1")
     pure = load_tokenizer(path)
     mp.undo()
     return ours(str(path)), pure
+
+
+def test_the_accelerator_has_the_merge_free_loops():
+    """With the extension built (as on this machine), WordPiece and Unigram have their C twins."""
+    from tokenizer.accel import accel_module
+
+    accel = accel_module()
+    assert accel is None or (hasattr(accel, "WordPiece") and hasattr(accel, "Unigram"))
 
 
 def test_accelerated_equals_pure_python(pair):
