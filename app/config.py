@@ -70,6 +70,9 @@ SCHEMA: dict[str, Setting] = {
     "sampling.max_tokens": Setting("integer", minimum=1),
     "sampling.seed": Setting("integer", minimum=-1),
     "history.enabled": _B,
+    "attach.max_bytes": Setting("integer", minimum=1),
+    "attach.max_tokens": Setting("integer", minimum=1),
+    "attach.max_files": Setting("integer", minimum=1),
     "ui.theme": _S,
     **{f"keys.{action}": _S for action in KEY_ACTIONS},
 }
@@ -228,6 +231,8 @@ def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = 
 
 def options_from_settings(settings: Settings, args: argparse.Namespace | None = None) -> ChatOptions:
     """The :class:`ChatOptions` for merged settings (plus ``--prompt``, which is not a setting)."""
+    from app.attachments import AttachLimits
+
     v = settings.values
     sampling = SamplingParams(
         temperature=v["sampling.temperature"], top_p=v["sampling.top_p"], top_k=v["sampling.top_k"],
@@ -253,6 +258,8 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         preset=settings.preset.name if settings.preset is not None else None,
         model_path=settings.model_path,
         model_meta=settings.model_meta,
+        attach=[Path(p) for p in (getattr(args, "attach", None) or [])],
+        attach_limits=AttachLimits(v["attach.max_bytes"], v["attach.max_tokens"], v["attach.max_files"]),
     )
 
 

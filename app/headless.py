@@ -59,6 +59,18 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     for notice in notices:
         print(f"tokchat: {notice}", file=err)
     prompt = options.prompt or ""
+    if options.attach:
+        from app.attachments import AttachLimits, AttachmentError, compose, read_attachment
+
+        limits = options.attach_limits or AttachLimits()
+        try:
+            files = [read_attachment(path, limits, session.draft_tokens) for path in options.attach]
+        except AttachmentError as exc:
+            print(f"tokchat: {exc}", file=err)
+            return 2
+        for file in files:
+            print(f"tokchat: attached {file.summary()}", file=err)
+        prompt = compose(prompt, files)
     if recorder is not None:
         # model name and template are known only now that the model is loaded
         recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)

@@ -50,3 +50,7 @@ class ChatOptions:
     #: the header of ``model_path``, read once by :func:`app.config.chat_options` (a
     #: :class:`backends.model_meta.ModelMeta`); the loader takes it and clears it, so it is never stale
     model_meta: Any = field(default=None, repr=False, compare=False)
+    #: files attached to the headless ``--prompt`` (``--attach``, repeatable)
+    attach: list[Path] = field(default_factory=list)
+    #: size and token budgets for attachments (``[attach]`` in the config; an app.attachments.AttachLimits)
+    attach_limits: Any = None

@@ -15,6 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--model", "-m", help="a .gguf file, an MLX model directory, hf:ORG/REPO/FILE.gguf, hf:ORG/REPO:QUANT "
         "or a preset name, downloaded on first use (default: the bundled SmolLM2-135M-Instruct)")
     add("--prompt", "-p", help="answer one prompt headless, streaming to stdout (or pipe the prompt on stdin)")
+    add("--attach", action="append", metavar="PATH",
+        help="attach a text file to the --prompt message (repeat for several)")
     add("--system", "-s", help="system prompt")
     add("--template", choices=["auto", "model", "chatml", "chatml-think", "llama3", "gemma"],
         help="chat template (default auto: the model's own if it renders, else the detected family)")

@@ -30,6 +30,7 @@ from app.tui.commands import CommandsMixin
 from app.tui.format import model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import HistoryMixin
+from app.tui.attach import AttachMixin
 from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.pull import PullMixin
@@ -53,7 +54,7 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, PullMixin, App):
+class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -241,8 +242,11 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, PullMixin, App):
             return
         if not self.ready_to_generate():
             return
-        text = unescape_prompt(text)
-        self.prompt_input.remember(text)
+        typed = unescape_prompt(text)
+        text = self.message_with_attachments(typed)  # held files and @file words, in blocks
+        if text is None:
+            return  # a file was refused (said in one line); the draft stays for another try
+        self.prompt_input.remember(typed)
         self.prompt_input.load_text("")
         if self._editing:
             self._editing = False
@@ -279,8 +283,10 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, PullMixin, App):
         text = boxes.first().text
         if self.session is None or text.lstrip().startswith("/") or self.generating:
             self.meter.draft = 0
+            self.show_attachment_cost()
             return
-        self.meter.draft = self.session.draft_tokens(text) if text.strip() else 0
+        # the message as it will be sent: held and @file attachments in blocks, then the text
+        self.meter.draft = self.show_attachment_cost(text)
 
     def update_meter(self) -> None:
         if self.session is not None:

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("[PATH|hf:REF]", "open another model: none opens the picker; hf:ORG/REPO:QUANT or a preset "
               "name downloads it first"),
     "history": ("", "show or hide the history sidebar"),
+    "attach": ("PATH|clear", "attach a text file (or a directory's files) to the next message; "
+               "@path in a message does it too"),
     "tokens": ("", "the token inspector: the last turn's exact ids, pieces and context breakdown"),
     "help": ("", "list commands and keys"),
 }

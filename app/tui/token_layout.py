@@ -14,15 +14,14 @@ widget per token: the inspector draws only the rows on screen.
 """
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rich.cells import cell_len
 
+from app.tui.inert import safe_text
+
 NORMAL, SPECIAL, BYTES = "normal", "special", "bytes"
-#: unicode categories written as escapes: controls, format (bidi, zero-width), surrogates, private use
-_UNSAFE = frozenset(("Cc", "Cf", "Cs", "Co", "Zl", "Zp"))
 
 
 @dataclass(frozen=True)
@@ -32,22 +31,6 @@ class Piece:
     text: str
     kind: str  # normal | special | bytes
     newline: bool = False
-
-
-def safe_text(text: str) -> str:
-    """``text`` with every control/format character written as an escape (never sent to the terminal)."""
-    out = []
-    for ch in text:
-        if ch == "\t":
-            out.append("→")
-        elif ch == "\n":
-            out.append("↵")
-        elif unicodedata.category(ch) in _UNSAFE:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def piece(tokenizer: Any, tid: int) -> Piece:

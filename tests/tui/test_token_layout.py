@@ -5,7 +5,8 @@ from functools import lru_cache
 
 from rich.cells import cell_len
 
-from app.tui.token_layout import BYTES, NORMAL, SPECIAL, Piece, first_rows, layout, pieces, safe_text
+from app.tui.inert import safe_text
+from app.tui.token_layout import BYTES, NORMAL, SPECIAL, Piece, first_rows, layout, pieces
 
 
 @lru_cache(maxsize=None)

@@ -3,6 +3,7 @@
 Enter sends; Shift+Enter and Ctrl+J insert a newline (most terminals send
 Shift+Enter as plain Enter, so Ctrl+J is the one that always works).  Up in
 an empty box walks back through the prompts sent so far, Down walks forward.
+Tab right after an ``@path`` word completes the path (attachments).
 """
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ class PromptInput(TextArea):
             if text.strip():
                 self.post_message(self.Submitted(self, text))
             return
+        if key == "tab" and self._complete_at():
+            event.stop()
+            event.prevent_default()
+            return
         if key in ("shift+enter", "ctrl+j"):
             event.stop()
             event.prevent_default()
@@ -71,6 +76,21 @@ class PromptInput(TextArea):
         if event.is_printable or key in ("backspace", "delete"):
             self._recall = None
         await super()._on_key(event)
+
+    def _complete_at(self) -> bool:
+        """Tab after ``@partial/pa``: complete the path (app.attachments.complete_path); False if none."""
+        from app.attachments import complete_path
+
+        row, col = self.cursor_location
+        line = self.document.get_line(row)[:col]
+        word = line.split()[-1] if line.strip() and not line.endswith((" ", "\t")) else ""
+        if not word.startswith("@"):
+            return False
+        done = complete_path(word[1:])
+        if done is None:
+            return False
+        self.insert(done[len(word) - 1:])
+        return True
 
     def _can_recall(self) -> bool:
         if not self.sent:

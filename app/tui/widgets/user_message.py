@@ -17,5 +17,7 @@ class UserMessage(Static):
     """
 
     def __init__(self, text: str) -> None:
-        super().__init__(text, markup=False)
+        from app.tui.inert import inert_text
+
+        super().__init__(inert_text(text), markup=False)  # an attached file's ESC sequences stay inert
         self.text = text

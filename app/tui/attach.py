@@ -1,0 +1,134 @@
+"""Attachments in the chat: ``/attach PATH``, ``@path`` in the prompt box, and their cost before sending.
+
+A mixin of :class:`~app.tui.app.ChatApp`.  ``/attach FILE`` reads and
+prices a file now (one line if it is refused) and holds it for the next
+message; ``/attach DIR`` lists the text files it would bring in and asks
+first; ``/attach`` lists what is held, ``/attach clear`` drops it.  An
+``@path`` word in the draft naming a file is attached when the message is
+sent; Tab after ``@`` completes the path.  What is held and what the
+``@`` words would add is shown on the prompt box's border, in tokens, as
+the draft changes, so the cost is seen before Enter.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.attachments import (AttachLimits, Attachment, AttachmentError, at_references, compose,
+                             directory_files, read_attachment)
+from app.tui.slash import SlashError
+
+
+class AttachMixin:
+    """``/attach`` and ``@path``; ``self`` is the ChatApp."""
+
+    @property
+    def pending_attachments(self) -> list[Attachment]:
+        if not hasattr(self, "_pending_attachments"):
+            self._pending_attachments: list[Attachment] = []
+        return self._pending_attachments
+
+    @property
+    def attach_limits(self) -> AttachLimits:
+        return getattr(self.options, "attach_limits", None) or AttachLimits()
+
+    def _count(self, text: str) -> int:
+        return self.session.draft_tokens(text)
+
+    def _priced(self, path: Path) -> Attachment:
+        """``read_attachment`` cached by (path, size, mtime): the draft is re-priced as it is typed."""
+        cache = self.__dict__.setdefault("_attachment_cache", {})
+        info = path.stat()
+        key = (str(path.resolve()), info.st_size, info.st_mtime_ns, id(self.session))
+        if key not in cache:
+            cache.clear()  # only the files of the current draft are kept
+            cache[key] = read_attachment(path, self.attach_limits, self._count)
+        return cache[key]
+
+    async def cmd_attach(self, arg: str) -> None:
+        if self.session is None:
+            raise SlashError("/attach needs a loaded model to count the file's tokens: wait for it")
+        if not arg:
+            held = self.pending_attachments
+            self.notify("\n".join(a.summary() for a in held) if held else
+                        "Nothing attached: /attach PATH (a file or a directory), or @path in a message")
+            return
+        if arg == "clear":
+            self.pending_attachments.clear()
+            self.show_attachment_cost()
+            self.notify("Attachments dropped")
+            return
+        path = Path(arg).expanduser()
+        if path.is_dir():
+            try:
+                files = directory_files(path, self.attach_limits)
+            except AttachmentError as exc:
+                raise SlashError(str(exc)) from None
+            from app.tui.widgets.dialogs import ConfirmScreen
+
+            listing = "\n".join(f"  {f.relative_to(path)}" for f in files[:20])
+            more = f"\n  … and {len(files) - 20} more" if len(files) > 20 else ""
+            question = f"Attach these {len(files)} files from {path}?\n{listing}{more}"
+
+            def chosen(yes: bool | None) -> None:
+                if yes:
+                    self.call_later(self._attach_files, files)
+
+            self.push_screen(ConfirmScreen(question, yes="Attach"), chosen)
+            return
+        await self._attach_files([path])
+
+    async def _attach_files(self, paths: list[Path]) -> None:
+        """Read and price every file first: one refused file refuses them all (one line)."""
+        try:
+            files = [read_attachment(p, self.attach_limits, self._count) for p in paths]
+        except AttachmentError as exc:
+            self.notify(str(exc), title="Not attached", severity="error", timeout=8)
+            return
+        self.pending_attachments.extend(files)
+        for file in files:
+            await self.chat_view.add_notice(f"📎 {file.summary()}: sent with your next message "
+                                            "(/attach clear drops it)", "warning" if file.notice else "info")
+        self.show_attachment_cost()
+
+    def message_with_attachments(self, text: str) -> str | None:
+        """The message to send for ``text``: held files and ``@file`` words in blocks; None if refused."""
+        files = list(self.pending_attachments)
+        for ref in at_references(text):
+            path = Path(ref).expanduser()
+            if not path.is_file():
+                continue  # not a file: an @mention stays plain text
+            try:
+                files.append(self._priced(path))
+            except (AttachmentError, OSError) as exc:
+                self.notify(str(exc), title="Not sent", severity="error", timeout=8)
+                return None
+        self.pending_attachments.clear()
+        self.show_attachment_cost()
+        return compose(text, files)
+
+    def show_attachment_cost(self, draft: str = "") -> int:
+        """Put the files' token costs on the prompt box's border; returns the whole message's tokens.
+
+        The total is the composed message encoded as it will be sent (blocks
+        and text together), so it equals the ids the message gets; the
+        per-file numbers are each block alone.
+        """
+        boxes = self.query("#prompt")
+        if not boxes or self.session is None:
+            return 0
+        files = list(self.pending_attachments)
+        parts = [f"{f.name} {f.tokens}" for f in files]
+        for ref in at_references(draft):
+            path = Path(ref).expanduser()
+            if not path.is_file():
+                continue
+            try:
+                file = self._priced(path)
+            except (AttachmentError, OSError) as exc:
+                parts.append(f"{path.name}: not attached, {str(exc).split(': ', 1)[-1][:40]}")
+                continue
+            parts.append(f"@{file.name} {file.tokens}")
+            files.append(file)
+        message = self._count(compose(draft, files)) if files or draft.strip() else 0
+        boxes.first().border_subtitle = (f"📎 {' · '.join(parts)} · message {message} tokens" if parts else "")
+        return message
