@@ -67,6 +67,7 @@ SCHEMA: dict[str, Setting] = {
     "sampling.top_k": _I,
     "sampling.min_p": _N,
     "sampling.repeat_penalty": _N,
+    "sampling.repeat_last_n": Setting("integer", minimum=-1),
     "sampling.max_tokens": Setting("integer", minimum=1),
     "sampling.seed": Setting("integer", minimum=-1),
     "history.enabled": _B,
@@ -89,7 +90,7 @@ FLAG_SETTINGS: dict[str, str] = {
     "system": "chat.system_prompt", "think": "chat.thinking", "show_thinking": "chat.show_thinking",
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
     "top_k": "sampling.top_k", "min_p": "sampling.min_p", "repeat_penalty": "sampling.repeat_penalty",
-    "max_tokens": "sampling.max_tokens", "seed": "sampling.seed", "history": "history.enabled",
+    "repeat_last_n": "sampling.repeat_last_n", "max_tokens": "sampling.max_tokens", "seed": "sampling.seed", "history": "history.enabled",
     "theme": "ui.theme",
 }
 
@@ -237,6 +238,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
     sampling = SamplingParams(
         temperature=v["sampling.temperature"], top_p=v["sampling.top_p"], top_k=v["sampling.top_k"],
         min_p=v["sampling.min_p"], repeat_penalty=v["sampling.repeat_penalty"],
+        repeat_last_n=v["sampling.repeat_last_n"],
         max_tokens=v["sampling.max_tokens"], seed=None if v["sampling.seed"] < 0 else v["sampling.seed"])
     return ChatOptions(
         model=v["model.default"] or None,

@@ -38,15 +38,21 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
     tokenizer = load_chat_tokenizer(path, header)
     template, notice = resolve_template(options.template, tokenizer, options.template_file)
     notices = [notice] if notice else []
+    opened = backend is None
     if backend is None:
         from backends import LoadOptions, open_backend
 
         backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
                                                  n_ctx=options.ctx, model_meta=header))
         notices.extend(backend.info.notes)
-    session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
-                          sampling=options.sampling, context_size=options.ctx or backend.info.context_size,
-                          enable_thinking=options.think)
+    try:
+        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
+                              sampling=options.sampling, context_size=options.ctx or backend.info.context_size,
+                              enable_thinking=options.think)
+    except BaseException:
+        if opened:
+            backend.close()  # its engine thread must not outlive this error
+        raise
     return session, notices
 
 

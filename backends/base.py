@@ -18,7 +18,39 @@ class BackendError(RuntimeError):
 
 @dataclass
 class SamplingParams:
-    """How the next token is picked.  ``temperature == 0`` means greedy."""
+    """How the next token is picked: one meaning on every backend.
+
+    The chain, applied to the raw logits of the next position, in this order
+    (llama.cpp's order, the one ``llama-server``/``llama-cli`` and Ollama's
+    llama.cpp runner use; llama.cpp / Ollama names in brackets):
+
+    1. **repetition penalty** (``--repeat-penalty`` / ``repeat_penalty``): every
+       distinct id among the last ``repeat_last_n`` ids of the whole context,
+       prompt and reply so far (``--repeat-last-n`` / ``repeat_last_n``, 64), has
+       its logit divided by ``repeat_penalty`` if positive, multiplied if not.
+       1.0 is off.  Counting the prompt too is what llama-server does; a
+       penalty over the reply alone (llama-cpp-python's ``generate``) or over
+       the whole sequence (Hugging Face, OpenVINO) is a different setting.
+    2. ``temperature <= 0``: greedy, the id with the highest logit (the lowest
+       id on a tie); steps 3 to 7 are skipped.
+    3. **top-k** (``--top-k`` / ``top_k``): keep the ``top_k`` highest logits; 0 = all.
+    4. **top-p** (``--top-p`` / ``top_p``): softmax over what is left, keep the
+       most likely ids until their probabilities add up to ``top_p``; 1.0 = off.
+    5. **min-p** (``--min-p`` / ``min_p``): drop ids whose probability is below
+       ``min_p`` times the most likely one's; 0 = off.
+    6. **temperature** (``--temp`` / ``temperature``): divide the logits left by it.
+    7. draw one id from their softmax with the backend's random generator,
+       seeded by ``seed``.
+
+    ``seed``: the same seed, settings, prompt, model and backend on the same
+    machine give the same reply.  The random generators differ between
+    backends (llama.cpp's mt19937, NumPy's PCG64 for MLX, OpenVINO's own), so
+    a seed is not comparable across backends; greedy replies are.  ``None``
+    draws a fresh seed every reply.  Seeds are taken modulo 2**32.
+
+    Every field keeps its name and meaning; new fields get defaults, so older
+    callers (and other backends) keep working.
+    """
 
     temperature: float = 0.7
     top_p: float = 0.95
@@ -27,6 +59,35 @@ class SamplingParams:
     repeat_penalty: float = 1.1
     seed: int | None = None
     max_tokens: int = 1024
+    #: how many of the latest context ids (prompt and reply) the repetition penalty looks at;
+    #: 0 = none (penalty off), -1 = the whole context
+    repeat_last_n: int = 64
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0 (or below): always the most likely id."""
+        return self.temperature <= 0
+
+
+#: seeds are 32-bit in every engine
+SEED_MODULUS = 2**32
+
+
+def resolve_seed(sampling: SamplingParams) -> int:
+    """The seed one reply uses: ``sampling.seed`` modulo 2**32, or a fresh random one."""
+    import random
+
+    if sampling.seed is None:
+        return random.getrandbits(31)
+    return sampling.seed % SEED_MODULUS
+
+
+def penalty_window(context: Sequence[int], sampling: SamplingParams) -> Sequence[int]:
+    """The ids the repetition penalty considers: the last ``repeat_last_n`` of prompt + reply."""
+    n = sampling.repeat_last_n
+    if n == 0 or sampling.repeat_penalty == 1.0:
+        return ()
+    return context if n < 0 else context[-n:]
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """llama.cpp through llama-cpp-python: CPU, CUDA, ROCm (HIP), Vulkan and Metal builds.
 
-Every turn passes the whole conversation's ids to ``Llama.generate``, which
-keeps the longest common prefix of its KV cache and evaluates only the
-rest.  Long new suffixes are evaluated here first, ``PREFILL_CHUNK`` ids at a
-time, so a cancel is honoured between batches of a long prompt too.  A
+Every turn passes the whole conversation's ids; the backend keeps the
+longest common prefix of llama.cpp's KV cache and evaluates only the rest,
+``PREFILL_CHUNK`` ids at a time, so a cancel is honoured between batches of
+a long prompt too.  Ids are picked by a llama.cpp sampler chain built in
+:mod:`backends.llama_sampler` (tokchat's sampling meaning, the prompt in
+the penalty window), not by ``Llama.generate``'s own.  A
 subclass of ``Llama`` counts the ids the engine's ``eval`` really evaluated
 (``last_prompt_evaluated`` is measured, not inferred).
 
@@ -13,14 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
+    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.engine_log import capture_llama_log
+from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
 
@@ -121,25 +123,23 @@ class LlamaCppBackend:
             notes=[f"llama.cpp: {threads} thread(s), n_ctx {self._llm.n_ctx()}, log in {self.log_path}"],
         )
 
-    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> None:
-        """Evaluate all but the last new prompt id in batches, checking cancel between them.
+    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> bool:
+        """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.
 
-        ``Llama.generate`` then finds all but one id cached and evaluates the
-        last one itself, so the result is the same as letting it do all.
+        At least the last prompt id is evaluated again: its logits pick the
+        first reply id.  ``Llama.eval`` drops cached ids beyond ``n_tokens``.
         """
         llm = self._llm
-        common = common_prefix_length(llm._input_ids, prompt)
-        if len(prompt) - common <= PREFILL_CHUNK:
-            return
-        if common == 0:
+        keep = min(common_prefix_length(llm._input_ids, prompt), len(prompt) - 1)
+        if keep == 0:
             llm.reset()
         else:
-            llm.n_tokens = common
-        end = len(prompt) - 1
-        for start in range(common, end, PREFILL_CHUNK):
+            llm.n_tokens = keep
+        for start in range(keep, len(prompt), PREFILL_CHUNK):
             if cancelled():
-                return
-            llm.eval(prompt[start : min(end, start + PREFILL_CHUNK)])
+                return False
+            llm.eval(prompt[start : start + PREFILL_CHUNK])
+        return True
 
     def generate(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
@@ -150,34 +150,26 @@ class LlamaCppBackend:
         n_ctx = self._llm.n_ctx()
         prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)
-        seed = sampling.seed if sampling.seed is not None else random.getrandbits(32)
+        seed = resolve_seed(sampling)
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             llm = self._llm
             llm.tokchat_evaluated = 0
-            self._prefill(prompt, cancelled)
-            if cancelled():
-                self.last_prompt_evaluated = llm.tokchat_evaluated
+            prefilled = self._prefill(prompt, cancelled)
+            self.last_prompt_evaluated = llm.tokchat_evaluated
+            if not prefilled:
                 return
-            llm.set_seed(seed)
-            stream = llm.generate(
-                prompt, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
-                temp=max(0.0, sampling.temperature), repeat_penalty=sampling.repeat_penalty,
-            )
-            count = 0
+            sampler = LlamaCppSampler(sampling, seed, llm.n_vocab(), n_ctx, prompt)
             try:
-                for token in stream:
-                    if count == 0:
-                        self.last_prompt_evaluated = llm.tokchat_evaluated
-                    count += 1
-                    emit(int(token))
-                    # llm.n_tokens == n_ctx: the next id would not fit, so the reply ends here
+                for count in range(1, sampling.max_tokens + 1):
+                    token = sampler.sample(llm._ctx.ctx)
+                    emit(token)
+                    # llm.n_tokens == n_ctx: the id just emitted would not fit, so the reply ends here
                     if token in stops or count >= sampling.max_tokens or cancelled() or llm.n_tokens >= n_ctx:
-                        break
+                        return
+                    llm.eval([token])
             finally:
-                stream.close()
-            if count == 0:
-                self.last_prompt_evaluated = llm.tokchat_evaluated
+                sampler.close()
 
         return self._worker.stream(job)
 
@@ -207,11 +199,8 @@ class LlamaCppBackend:
             self._worker.cancel()
 
     def close(self) -> None:
-        if self._worker is not None:
-            worker, llm = self._worker, self._llm
-            self._llm = None
-            if llm is not None:
-                worker.wait_idle(10)
-                worker.call(llm.close)
-            worker.close()
-            self._worker = None
+        """Free the model on its own thread and join the thread."""
+        worker, llm = self._worker, self._llm
+        self._worker, self._llm = None, None
+        if worker is not None:
+            worker.close(llm.close if llm is not None else None)

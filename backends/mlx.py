@@ -6,13 +6,13 @@ prefix (a regenerate or an edit shortens it) and feeds only the rest, in
 chunks so a cancel is honoured during a long prompt too.  On Apple Silicon
 MLX runs on the GPU (Metal); elsewhere ``mlx[cpu]`` runs on the CPU.
 
-Sampling follows llama.cpp's defaults where mlx-lm allows: the repetition
-penalty looks at the last 64 ids of the whole conversation (not only of
-the new part), temperature 0 is argmax.
+Sampling is tokchat's chain (:mod:`backends.sampling`, the meaning set out
+on :class:`backends.base.SamplingParams`) on the logits MLX computes, not
+mlx-lm's sampler: its top-p does not renormalize after top-k and its
+penalty window is its own, so the same settings would mean something else.
 """
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
@@ -20,16 +20,32 @@ from backends.base import (
     BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
 )
 from backends.model_meta import known_meta
-from backends.worker import GenerationWorker
+from backends.sampling import NumpySampler
+from backends.worker import GenerationWorker, run_at_exit
 
 #: ids fed to the model per forward pass while evaluating a prompt: the cancel granularity.
 #: On the CPU, MLX's prompt cost grows linearly with the chunk (no batching gain measured),
 #: so small chunks cost nothing and keep a cancel within a few seconds.
 PREFILL_CHUNK = {"Metal": 128, "CPU": 16}
-#: how many recent ids the repetition penalty considers (llama.cpp's penalty_last_n)
-PENALTY_LAST_N = 64
 #: mlx-lm model modules whose output is exactly ``head(model(ids))``, no extra scaling
 _PLAIN_HEAD_MODULES = frozenset({"mlx_lm.models.llama", "mlx_lm.models.qwen2"})
+
+
+def clear_thread_streams() -> None:
+    """Finish and destroy the MLX streams of the calling thread.
+
+    Since MLX 0.32 every thread that runs MLX work owns its streams (each a
+    C++ thread) and must destroy them before it ends, the main thread
+    included: left to static destructors at process exit they abort it
+    ("terminate called without an active exception", exit status 134 after
+    the reply was printed: about one headless run in four here).
+    """
+    import mlx.core as mx
+
+    mx.synchronize()
+    clear = getattr(mx, "clear_streams", None)  # older MLX has no per-thread streams
+    if clear is not None:
+        clear()
 
 
 class MLXBackend:
@@ -50,6 +66,7 @@ class MLXBackend:
         except ImportError as exc:
             raise BackendError('MLX backend needs mlx-lm: pip install mlx-lm (on Linux also "mlx[cpu]")') from exc
         meta = known_meta(model_path, options.model_meta)
+        run_at_exit(clear_thread_streams)  # the main thread touches MLX too (device query, cache set-up)
         self._worker = GenerationWorker("mlx")
 
         def build():
@@ -64,11 +81,11 @@ class MLXBackend:
         try:
             self._model = self._worker.call(build)
         except BackendError:
-            self._worker.close()
+            self._worker.close(clear_thread_streams)
             self._worker = None
             raise
         except (ValueError, RuntimeError, OSError) as exc:
-            self._worker.close()
+            self._worker.close(clear_thread_streams)
             self._worker = None
             raise BackendError(f"MLX could not load {Path(model_path).name}: {exc}") from exc
         self._reset_cache()
@@ -126,11 +143,10 @@ class MLXBackend:
         prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)
         max_new = min(sampling.max_tokens, n_ctx - len(prompt))
-        seed = sampling.seed if sampling.seed is not None else random.getrandbits(32)
+        sampler = NumpySampler(sampling)
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
-            import mlx.core as mx
-            from mlx_lm.sample_utils import make_repetition_penalty, make_sampler
+            import numpy as np
 
             # at least the last prompt id is fed again: its logits pick the first reply id
             keep = min(common_prefix_length(self._cached_ids, prompt), len(prompt) - 1)
@@ -143,21 +159,11 @@ class MLXBackend:
                 if cancelled():
                     return
                 logits = self._forward(prompt[start : start + chunk])
-            mx.random.seed(seed)
-            sampler = make_sampler(
-                temp=max(0.0, sampling.temperature), top_p=sampling.top_p, min_p=sampling.min_p,
-                top_k=sampling.top_k,
-            )
-            penalty = (make_repetition_penalty(sampling.repeat_penalty, PENALTY_LAST_N)
-                       if sampling.repeat_penalty != 1.0 else None)
-            history = list(prompt)
+            context = list(prompt)
             for count in range(1, max_new + 1):
-                if penalty is not None:
-                    logits = penalty(mx.array(history[-PENALTY_LAST_N:]), logits)
-                logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-                token = int(sampler(logprobs).item())
+                token = sampler.pick(np.array(logits[0], copy=False), context)
                 emit(token)
-                history.append(token)
+                context.append(token)
                 if token in stops or count >= max_new or cancelled():
                     return
                 logits = self._forward([token])
@@ -169,10 +175,15 @@ class MLXBackend:
             self._worker.cancel()
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.wait_idle(10)
+        """Release the model on its own thread, wait for MLX's queued work, and join the thread."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+
+        def release() -> None:
             self._model = None
             self._cache = None
             self._cached_ids = []
-            self._worker.close()
-            self._worker = None
+            clear_thread_streams()
+
+        worker.close(release)

@@ -8,6 +8,13 @@ runs the paged-attention scheduler with prefix caching on, so a turn that
 extends the previous conversation reuses its KV blocks; the NPU pipeline
 has no such cache and re-evaluates.
 
+Sampling: greedy without a penalty follows tokchat's meaning exactly; the
+engine takes no logits processor and does not expose logits, so its own
+sampler runs the rest: its repetition penalty counts the whole sequence
+(prompt and reply, Hugging Face's meaning) instead of the last
+``repeat_last_n`` ids, and its random generator is its own
+(:data:`SAMPLING_NOTE` tells the user).
+
 ``last_prompt_evaluated`` is an estimate here: OpenVINO does not report
 cached ids, so it is the prompt minus the whole KV blocks shared with the
 previous request (prompt + reply) — what the block-level prefix cache can
@@ -16,19 +23,21 @@ objects (tokchat renders its own prompt).
 """
 from __future__ import annotations
 
-import random
 import re
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
+    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
 
 #: preference order of OpenVINO device families
 DEVICE_ORDER = ("GPU", "NPU", "CPU")
+#: shown when the model loads: where OpenVINO's sampling means something else
+SAMPLING_NOTE = ("OpenVINO samples with its own engine: its repeat penalty counts the whole conversation, "
+                 "not the last repeat_last_n ids (set --repeat-penalty 1 for replies that match llama.cpp)")
 #: KV block size of the paged-attention cache per device family (ids per block)
 BLOCK_SIZE = {"CPU": 32, "GPU": 16}
 
@@ -127,7 +136,8 @@ class OpenVINOBackend:
             backend="openvino", device=device, model_name=meta.name, quantization=meta.quantization,
             context_size=options.n_ctx or meta.default_ctx(),
             notes=[f"OpenVINO {og.get_version()} on {device}"
-                   + (", prefix caching on" if self._block else ", no prefix cache on this device")],
+                   + (", prefix caching on" if self._block else ", no prefix cache on this device"),
+                   SAMPLING_NOTE],
         )
 
     def _estimate_evaluated(self, prompt: list[int]) -> int:
@@ -151,7 +161,7 @@ class OpenVINOBackend:
             cfg.top_p = sampling.top_p
             cfg.top_k = sampling.top_k
             cfg.min_p = sampling.min_p
-            cfg.rng_seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+            cfg.rng_seed = resolve_seed(sampling)
         else:
             cfg.do_sample = False
         return cfg
@@ -196,8 +206,12 @@ class OpenVINOBackend:
             self._worker.cancel()
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.wait_idle(10)
+        """Drop the pipeline on its own thread and join the thread."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+
+        def release() -> None:
             self._pipe = None
-            self._worker.close()
-            self._worker = None
+
+        worker.close(release)

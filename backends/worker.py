@@ -10,11 +10,23 @@ ends the caller's iteration at once even while the engine is still busy
 A job is a function ``job(emit, cancelled)``: it calls ``emit(id)`` for
 every generated id and polls ``cancelled()`` wherever the engine lets it.
 Not handled here: sampling, stop ids, caching (the backends own those).
+
+Closing joins the thread.  An engine thread still alive when the interpreter
+shuts down is fatal: a daemon thread that wakes up inside an engine's C++
+call after finalization began is ended with ``pthread_exit``, whose forced
+unwind through the binding's ``noexcept`` frames aborts the whole process
+("terminate called without an active exception", exit status 134).  So
+:meth:`GenerationWorker.close` runs the engine's ``release`` on the thread
+and waits for the thread to end, and an ``atexit`` hook closes every worker
+a caller forgot (an error path, a second Ctrl-C) before the interpreter goes
+down, then runs the main thread's clean-ups (:func:`run_at_exit`).
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from typing import Callable, Iterator
 
 from backends.base import BackendError
@@ -25,6 +37,18 @@ Job = Callable[[Callable[[int], None], Callable[[], bool]], None]
 _DONE = object()
 #: how often a waiting caller re-checks the cancel flag, in seconds
 _POLL_S = 0.02
+#: how long closing waits for the engine to finish its current step, in seconds
+CLOSE_TIMEOUT_S = 30.0
+#: every worker not yet closed, so that the exit hook can join it
+_LIVE: "weakref.WeakSet[GenerationWorker]" = weakref.WeakSet()
+#: engine clean-ups for the main thread, run at exit after every worker was joined
+_EXIT_CLEANUPS: list[Callable[[], object]] = []
+
+
+def run_at_exit(cleanup: Callable[[], object]) -> None:
+    """Run ``cleanup`` on the main thread at exit, after every worker thread has ended (once per function)."""
+    if cleanup not in _EXIT_CLEANUPS:
+        _EXIT_CLEANUPS.append(cleanup)
 
 
 class _Failure:
@@ -43,8 +67,10 @@ class GenerationWorker:
         self._idle = threading.Event()
         self._idle.set()
         self._closed = False
+        # daemon: a hung engine must not keep the process alive; close() and the exit hook join it
         self._thread = threading.Thread(target=self._loop, name=f"tokchat-{name}", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     def _loop(self) -> None:
         while True:
@@ -115,9 +141,39 @@ class GenerationWorker:
         """Wait until the engine finished its last job; False on timeout."""
         return self._idle.wait(timeout)
 
-    def close(self) -> None:
-        """Stop the thread after the current job."""
-        if not self._closed:
+    def close(self, release: Callable[[], object] | None = None, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+        """Stop the running job, run ``release`` on the thread, end the thread and join it.
+
+        ``release`` drops the engine's objects on the thread that made and used
+        them, after the last job.  Returns False if the thread did not end
+        within ``timeout`` (an engine stuck in one long call).
+        """
+        if self._closed:
+            return self.join(timeout)
+        self._cancel.set()
+        try:
+            # a job that ignores the cancel for ``timeout``: skip releasing, the thread still ends after it
+            if release is not None and self._idle.wait(timeout):
+                self.call(release)
+        finally:
+            # even when releasing failed: the thread must not outlive the interpreter
             self._closed = True
-            self._cancel.set()
+            _LIVE.discard(self)
             self._jobs.put(None)
+            joined = self.join(timeout)
+        return joined
+
+    def join(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+        """Wait for the thread to end; True when it has."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+@atexit.register
+def _close_all_workers() -> None:
+    """Join every worker still open before the interpreter finalizes (see the module docstring)."""
+    for worker in list(_LIVE):
+        worker.close(timeout=10.0)
+    for cleanup in _EXIT_CLEANUPS:
+        cleanup()

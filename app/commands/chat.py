@@ -24,13 +24,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--backend", choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx"],
         help="inference backend (default auto; see `tokchat doctor`)")
     add("--device", choices=["CPU", "GPU", "NPU"], help="OpenVINO device")
-    add("--temperature", "--temp", type=float, help="sampling temperature (0 = greedy)")
-    add("--top-p", type=float, help="nucleus sampling threshold")
-    add("--top-k", type=int, help="keep the k most likely tokens")
-    add("--min-p", type=float, help="drop tokens below this fraction of the top probability")
-    add("--repeat-penalty", type=float, help="penalty for repeated tokens (1 = off)")
-    add("--max-tokens", "-n", type=int, help="most tokens in one reply")
-    add("--seed", type=int, help="random seed")
+    sampling = parser.add_argument_group(
+        "sampling", "One meaning on every backend, llama.cpp's: repeat penalty over the last --repeat-last-n ids "
+        "of prompt and reply -> greedy if the temperature is 0 -> top-k -> top-p -> min-p -> temperature -> "
+        "a draw with the seeded generator.  OpenVINO samples with its own engine (greedy without a penalty "
+        "matches).  Defaults in configs/default.toml.")
+    add = sampling.add_argument
+    add("--temperature", "--temp", type=float,
+        help="sampling temperature, 0 = greedy (llama.cpp --temp, Ollama temperature)")
+    add("--top-p", type=float, help="after top-k, keep the likeliest tokens up to this total probability; "
+        "1 = off (llama.cpp --top-p, Ollama top_p)")
+    add("--top-k", type=int, help="keep the k most likely tokens; 0 = off (llama.cpp --top-k, Ollama top_k)")
+    add("--min-p", type=float, help="drop tokens below this fraction of the top probability; 0 = off "
+        "(llama.cpp --min-p, Ollama min_p)")
+    add("--repeat-penalty", type=float, help="penalty for tokens among the last --repeat-last-n ids of prompt "
+        "and reply; 1 = off (llama.cpp --repeat-penalty, Ollama repeat_penalty)")
+    add("--repeat-last-n", type=int, help="ids the repeat penalty looks at (default 64; 0 = none, -1 = whole "
+        "context; llama.cpp --repeat-last-n, Ollama repeat_last_n)")
+    add("--max-tokens", "-n", type=int, help="most tokens in one reply (llama.cpp --n-predict, Ollama num_predict)")
+    add("--seed", type=int, help="random seed: the same seed and settings give the same reply on the same "
+        "backend; seeds are not comparable across backends (each has its own generator)")
+    add = parser.add_argument
     add("--ctx", type=int, help="context size in tokens")
     think = parser.add_mutually_exclusive_group()
     think.add_argument("--think", dest="think", action="store_true", default=None,

@@ -99,3 +99,43 @@ def test_gguf_tensor_names_map_to_mlx_lm_modules():
     assert map_name("output.weight") == "lm_head.weight"
     with pytest.raises(BackendError, match="unexpected tensor 'blk.0.ssm_conv1d.weight'"):
         map_name("blk.0.ssm_conv1d.weight")
+
+
+def test_close_joins_the_thread_after_releasing_on_it():
+    worker = GenerationWorker("test")
+    released_on: list[str] = []
+    log: list[str] = []
+    for token in worker.stream(slow_job(1000, 0.001, log)):
+        if token == 2:
+            break
+    assert worker.close(lambda: released_on.append(threading.current_thread().name))
+    assert released_on == ["tokchat-test"]
+    assert log == ["engine saw cancel"]
+    assert "tokchat-test" not in {t.name for t in threading.enumerate()}
+
+
+def test_a_worker_left_open_is_joined_before_the_interpreter_exits(tmp_path):
+    """The exit hook cancels and joins a worker whose job is still running (an error path)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "left_open.py"
+    script.write_text(
+        "import sys, time\n"
+        "from backends.worker import GenerationWorker\n"
+        "worker = GenerationWorker('left-open')\n"
+        "def job(emit, cancelled):\n"
+        "    emit(1)\n"
+        "    while not cancelled():\n"
+        "        time.sleep(0.01)\n"
+        "    print('engine saw cancel', flush=True)\n"
+        "ids = worker.stream(job)\n"
+        "assert next(ids) == 1\n"
+        "sys.exit(0)  # never closed: the exit hook must cancel the job and join the thread\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "engine saw cancel\n"

@@ -1,0 +1,49 @@
+"""tokchat's sampling chain built from llama.cpp's own samplers.
+
+llama-cpp-python's ``Llama.generate`` builds a fresh chain each call and
+never shows it the prompt, so its repetition penalty sees only the reply;
+llama-server and llama-cli feed the prompt in first.  tokchat's meaning
+(:class:`backends.base.SamplingParams`) is llama-server's, so the backend
+builds the chain here and feeds it the penalty window itself.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from backends.base import SamplingParams, penalty_window
+
+
+class LlamaCppSampler:
+    """A llama.cpp sampler chain for one reply; :meth:`close` frees it."""
+
+    def __init__(self, sampling: SamplingParams, seed: int, n_vocab: int, n_ctx: int,
+                 context: Sequence[int]) -> None:
+        import llama_cpp
+
+        self._lib = llama_cpp
+        self.chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        add = lambda sampler: llama_cpp.llama_sampler_chain_add(self.chain, sampler)  # noqa: E731
+        window = penalty_window(context, sampling)
+        if window:
+            last_n = sampling.repeat_last_n if sampling.repeat_last_n > 0 else n_ctx
+            add(llama_cpp.llama_sampler_init_penalties(n_vocab, last_n, sampling.repeat_penalty, 0.0, 0.0))
+        if sampling.greedy:
+            add(llama_cpp.llama_sampler_init_greedy())
+        else:
+            add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+            add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+            add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+            add(llama_cpp.llama_sampler_init_temp(sampling.temperature))
+            add(llama_cpp.llama_sampler_init_dist(seed))
+        # the prompt's part of the window, as llama-server accepts the prompt before sampling
+        for token in window:
+            llama_cpp.llama_sampler_accept(self.chain, int(token))
+
+    def sample(self, ctx) -> int:
+        """The next id from the logits of the last evaluated position; the chain records it."""
+        return int(self._lib.llama_sampler_sample(self.chain, ctx, -1))
+
+    def close(self) -> None:
+        if self.chain is not None:
+            self._lib.llama_sampler_free(self.chain)
+            self.chain = None
