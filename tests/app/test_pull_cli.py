@@ -175,3 +175,23 @@ def test_rm_asks_first_and_deletes_only_that_model(standin, tmp_path, smollm_pat
     assert missing.returncode == 2 and "not in the Hugging Face cache" in missing.stderr
     outside = tokchat("rm", str(smollm_path), "--yes")
     assert outside.returncode == 2 and "tokchat deletes only models it downloaded" in outside.stderr
+
+
+def test_a_preset_names_its_repo_and_quantization(standin, tmp_path, smollm_path, monkeypatch):
+    """``tokchat --model NAME`` on a fresh machine: the preset's [hub] table says what to fetch."""
+    presets = tmp_path / "config" / "models"
+    presets.mkdir(parents=True)
+    (presets / "tiny.toml").write_text('[match]\narchitectures = ["llama"]\nnames = ["smollm2"]\n\n'
+                                       f'[hub]\nrepo = "{REPO}"\nquantization = "Q4_1"\n')
+    listed = tokchat("pull", "tiny", "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[-1] == f"* {FILE}: Q4_1, the default of preset tiny"
+    chat = tokchat("--model", "tiny", "--prompt", "Say hi", "--max-tokens", "3", "--no-history")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stderr.splitlines()[0] == f"hf:{REPO}:Q4_1: {FILE} (Q4_1, the default of preset tiny)"
+    # offline by environment: the preset answers from the cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    again = tokchat("pull", "tiny")
+    assert again.returncode == 0
+    (path,) = cache_file(tmp_path)
+    assert again.stderr.strip() == f"hf:{REPO}:Q4_1: in the cache (offline): {path}"

@@ -2,7 +2,7 @@
 
 While the model loads it shows the load status instead (file, size, the step
 in progress); after a failed load it says so, and the chat screen explains.
-A download started from the TUI adds its progress at the end.
+A download started from the TUI shows its progress first.
 """
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ class ModelBar(Static):
     download: reactive[str] = reactive("")
 
     def render(self) -> str:
-        return f"tokchat · {self.text}" + (f"  ·  {self.download}" if self.download else "")
+        if self.download:  # first: the bar is one line, and the model's own text is long
+            return f"tokchat · {self.download}  ·  {self.text}"
+        return f"tokchat · {self.text}"
 
     def watch_state(self, state: str) -> None:
         for name in ("loading", "ready", "failed"):

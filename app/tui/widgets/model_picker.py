@@ -69,15 +69,17 @@ class ModelPicker(ModalScreen[str | None]):
         self.app.call_from_thread(self._show, entries, problems)
 
     def _row(self, entry) -> Text:
+        """Two lines: the facts in columns, then where the model comes from (what /model takes)."""
         from app.model_catalog import human_age
 
         info = entry.info
         here = self.current is not None and info.path.resolve() == self.current
         row = Text("● " if here else "  ", style="bold" if here else "")
-        row.append(f"{(info.name or info.path.stem)[:30]:<30} ", style="bold")
+        row.append(f"{(info.name or info.path.stem)[:32]:<32} ", style="bold")
         row.append(f"{info.architecture[:9]:<9} {info.quantization[:8]:<8} {_size(info.size_bytes):>8} "
-                   f"{_context(info.context_length):>5}  {human_age(entry.last_used):<11} ")
-        row.append(entry.model_arg if entry.model_arg != "(default)" else "bundled", style="dim")
+                   f"{_context(info.context_length):>5}  {human_age(entry.last_used)}")
+        source = entry.model_arg if entry.model_arg != "(default)" else "the bundled model"
+        row.append(f"\n  {source}", style="dim")
         return row
 
     def _show(self, entries: list, problems: list[str]) -> None:
