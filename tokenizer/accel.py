@@ -46,6 +46,15 @@ def accel_module() -> ModuleType | None:
     return _accel
 
 
+def accel_status() -> str:
+    """Which tokenizer path runs here, in words (``tokchat doctor`` and ``tokchat info`` show it)."""
+    if os.environ.get("TOKCHAT_NO_ACCEL", "") not in ("", "0"):
+        return "pure Python (TOKCHAT_NO_ACCEL is set)"
+    if accel_module() is None:
+        return "pure Python (the C accelerator is not built: no C compiler at install time)"
+    return "C accelerator (tokenizer._accel)"
+
+
 def flag_table(llama: bool = True) -> bytes:
     """0x110000 bytes: 1 letter, 2 number, 4 mark, 8 whitespace.
 

@@ -18,9 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from backends.detect import detect
 
+    from tokenizer.accel import accel_status
+
     report = detect()
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "tokenizer": accel_status()}, indent=2))
     else:
         print(report.text())
+        print(f"tokenizer: {accel_status()}")
     return 0

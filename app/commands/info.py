@@ -14,6 +14,7 @@ import json
 import sys
 
 from app.commands.tokenize import load_for_cli
+from tokenizer.accel import accel_status
 
 SHOWN_SPECIALS = 24
 TEMPLATE_LINES = 8
@@ -46,6 +47,7 @@ def describe(tok) -> dict:
         "eog": [named(t) for t in sorted(tok.eog_ids)],
         "special_tokens": len(tok.special_tokens),
         "chat_template": tok.chat_template,
+        "speed_path": accel_status(),
     }
 
 
@@ -69,10 +71,13 @@ def run(args: argparse.Namespace) -> int:
     out = [_line("file", facts["source"])]
     if facts["name"] or facts["architecture"]:
         out.append(_line("model", f"{facts['name'] or '?'} ({facts['architecture'] or '?'})"))
-    kind = {"bpe": "byte-pair encoding", "spm": "SentencePiece-style BPE"}[tok.kind]
+    kind = {"bpe": "byte-pair encoding", "spm": "SentencePiece-style BPE", "wpm": "WordPiece, BERT",
+            "wordpiece": "WordPiece, BERT", "ugm": "Unigram, SentencePiece",
+            "unigram": "Unigram, SentencePiece"}.get(tok.kind, tok.kind)
     out += [
         _line("tokenizer", f"{tok.kind} ({kind})" + (f", pre-tokenizer {tok.pre}" if tok.pre else "")),
         _line("vocabulary", f"{tok.vocab_size} tokens"),
+        _line("speed path", facts["speed_path"]),
         _line("bos", show(facts["bos"]) + ("  (added to prompts)" if tok.add_bos else "")),
         _line("eos", show(facts["eos"])),
         _line("end of turn", ", ".join(show(e) for e in facts["eog"]) or "none"),
