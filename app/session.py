@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 
 from backends.base import Backend, BackendError, SamplingParams
 from templates import ChatTemplate, TemplateError
+from app.branches import BranchTree
 from app.context_breakdown import PromptRecord
 from templates.builder import BuiltPrompt, PromptBuilder
 from tokenizer.think import ThinkFilter
@@ -82,6 +83,8 @@ class ChatMessage:
     tool_calls: list[dict] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    #: the message's row in the history database, once stored (how a branch switch is saved)
+    store_id: int | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -127,6 +130,8 @@ class ChatSession:
         self.context_size = context_size
         self.enable_thinking = enable_thinking
         self.messages: list[ChatMessage] = []
+        #: the siblings of regenerated replies and edited prompts, off the shown path (app.branches)
+        self.branches = BranchTree()
         self.stop_ids = frozenset(tokenizer.eog_ids) | _marker_ids(tokenizer)
         #: the last turn's prompt (ids, text, how much was reused), for tests and ``tokchat render``
         self.last_prompt: BuiltPrompt | None = None
@@ -157,7 +162,7 @@ class ChatSession:
         yield from self._turn(list(results), list(self.messages))
 
     def regenerate(self) -> Iterator[ReplyEvent]:
-        """Drop the last reply and answer the last user message again."""
+        """Answer the last user message again; the earlier reply stays as a sibling (``branches``)."""
         before = list(self.messages)
         while self.messages and self.messages[-1].role in _REPLY_ROLES:
             self.messages.pop()
@@ -166,16 +171,42 @@ class ChatSession:
             yield ReplyEvent("error", "nothing to regenerate: the conversation has no user message yet")
             yield ReplyEvent("done", stats=self._stats(_Turn(started=time.monotonic()), None, "error"))
             return
+        at = len(self.messages)
+        self.branches.fork(before, at)
         yield from self._turn([self.messages.pop()], before)
+        if self.messages is before:  # refused: no new sibling
+            self.branches.unfork(before, at)
 
     def edit_last_user(self, text: str) -> Iterator[ReplyEvent]:
-        """Replace the last user message (and drop its reply), then answer it."""
+        """Send ``text`` in place of the last user message; the old one and its reply stay as a sibling."""
         before = list(self.messages)
         while self.messages and self.messages[-1].role in _REPLY_ROLES:
             self.messages.pop()
         if self.messages and self.messages[-1].role == "user":
             self.messages.pop()
+        at = len(self.messages)
+        self.branches.fork(before, at)
         yield from self._turn([ChatMessage("user", text)], before)
+        if self.messages is before:
+            self.branches.unfork(before, at)
+
+    def switch_branch(self, at: int, index: int) -> None:
+        """Show sibling ``index`` (0-based) of the fork at path position ``at``; the chat goes on from it.
+
+        The prompt builder is primed with that reply's own prompt and reply
+        ids, so the next prompt extends them exactly and the backend reuses
+        its cache as far as the two branches share a prefix.
+        """
+        self.messages = self.branches.switch(self.messages, at, index)
+        last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
+        record = last.record if last is not None and last is self.messages[-1] else None
+        if record is not None:
+            self._builder.remember(record.prompt, record.reply_ids)
+            self._window = len(record.dropped)
+            self.last_record, self.last_prompt = record, record.prompt
+        else:  # a branch loaded from the history, or one that ends in a user message
+            self._builder.forget()
+            self._window = 0
 
     def cancel(self) -> None:
         """Stop the reply being generated (any thread); the partial reply is kept as cancelled."""
@@ -185,6 +216,7 @@ class ChatSession:
     def reset(self) -> None:
         """Start a new conversation with the same model, template and system prompt."""
         self.messages = []
+        self.branches.clear()
         self._window = 0
         self._builder.forget()
 
@@ -192,12 +224,17 @@ class ChatSession:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
         self.system_prompt = text
 
-    def load_messages(self, messages: Sequence[ChatMessage]) -> None:
-        """Continue a stored conversation; a leading system message becomes the system prompt."""
+    def load_messages(self, messages: Sequence[ChatMessage], branches: BranchTree | None = None) -> None:
+        """Continue a stored conversation (``branches``: its other branches, positions in ``messages``);
+        a leading system message becomes the system prompt."""
         messages = list(messages)
         if messages and messages[0].role == "system":
             self.system_prompt = messages.pop(0).content
         self.messages = messages
+        self.branches = branches if branches is not None else BranchTree()
+        # ids sent by another session (another template or tokenizer) say nothing about this one
+        for message in [*messages, *self.branches.all_messages()]:
+            message.record = None
         self._window = 0
         self._builder.forget()
 

@@ -182,7 +182,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixi
         if old is not None:
             # /model: the conversation goes on with the new model (re-tokenized by its tokenizer)
             chat.session.set_system(old.session.system_prompt)
-            chat.session.load_messages(old.session.messages)
+            chat.session.load_messages(old.session.messages, old.session.branches)
             if old.backend is not chat.backend:
                 old.backend.close()
         self.show_model()

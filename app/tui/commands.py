@@ -81,7 +81,7 @@ class CommandsMixin:
         new = ChatSession(self.chat.tokenizer, template, backend=self.chat.backend,
                           system_prompt=session.system_prompt, sampling=session.sampling,
                           context_size=self.chat.context_size, enable_thinking=session.enable_thinking)
-        new.load_messages([m for m in session.messages if m.role != "system"])
+        new.load_messages([m for m in session.messages if m.role != "system"], session.branches)
         return new
 
     async def cmd_think(self, arg: str) -> None:
