@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -34,12 +34,14 @@ from app.tui.attach import AttachMixin
 from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.pull import PullMixin
-from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.chat_view import ChatView
 from app.tui.widgets.context_meter import ContextMeter
 from app.tui.widgets.model_bar import ModelBar
 from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.user_message import UserMessage
+
+if TYPE_CHECKING:  # imported where a reply is shown: Markdown is not needed for the first frame
+    from app.tui.widgets.assistant_message import AssistantMessage
 
 #: how long typing must pause before the draft is re-tokenized for the meter
 DRAFT_DEBOUNCE_S = 0.15
@@ -154,7 +156,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixi
                             severity="warning")
         await self.chat_view.show_welcome()
         self.prompt_input.focus()
-        self.start_load()
+        # after the first frame: the load thread would otherwise compete with it for the GIL
+        self.call_after_refresh(self.start_load)
 
     # ------------------------------------------------------------ model load
     def start_load(self) -> None:
@@ -168,6 +171,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixi
 
         try:
             chat = self.loader(self.options, progress)
+            # the reply widget (Markdown) is imported here, off the event loop, before the first reply
+            import app.tui.widgets.assistant_message  # noqa: F401
         except Exception as exc:  # shown on screen; the app stays usable
             self.post_message(self.ModelLoadFailed(error_text(exc)))
             return

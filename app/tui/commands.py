@@ -13,7 +13,6 @@ from typing import Iterable
 from textual.screen import Screen
 from textual.app import SystemCommand
 
-from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text, parse_on_off
 
 
@@ -209,6 +208,8 @@ class CommandsMixin:
         if not any(m.role == "assistant" for m in self.session.messages):
             self.notify("Nothing to regenerate yet", severity="warning")
             return
+        from app.tui.widgets.assistant_message import AssistantMessage
+
         self.record_user(None, replacing="reply")
         await self.chat_view.remove_from_last(AssistantMessage)
         await self.start_reply(self.session.regenerate, None)
@@ -228,6 +229,8 @@ class CommandsMixin:
         self.refresh_bindings()
 
     def action_toggle_thinking(self) -> None:
+        from app.tui.widgets.assistant_message import AssistantMessage
+
         for reply in reversed(list(self.chat_view.query(AssistantMessage))):
             if reply.reasoning:
                 reply.thinking.collapsed = not reply.thinking.collapsed

@@ -13,10 +13,14 @@ from typing import Any
 
 from textual import events
 
-from app.context_breakdown import breakdown
-from app.tui.screens.token_inspector import TokenInspector
-from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.user_message import UserMessage
+
+
+def _message_widgets() -> tuple[type, type]:
+    """The chat's message widget classes (imported on first use: Markdown is not needed to paint)."""
+    from app.tui.widgets.assistant_message import AssistantMessage
+
+    return UserMessage, AssistantMessage
 
 
 class InspectorMixin:
@@ -40,6 +44,9 @@ class InspectorMixin:
             return
         draft = self.prompt_input.text
         draft_tokens = session.draft_tokens(draft) if draft.strip() and not draft.lstrip().startswith("/") else 0
+        from app.context_breakdown import breakdown
+        from app.tui.screens.token_inspector import TokenInspector
+
         parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count)
         self.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus))
 
@@ -65,7 +72,7 @@ class InspectorMixin:
     def message_for_widget(self, widget: Any) -> Any:
         """The session message a chat widget shows (matched from the newest end, by role)."""
         view = self.chat_view
-        shown = [w for w in view.children if isinstance(w, (UserMessage, AssistantMessage))]
+        shown = [w for w in view.children if isinstance(w, _message_widgets())]
         messages = [m for m in self.session.messages if m.role in ("user", "assistant")]
         if widget not in shown:
             return None
@@ -81,7 +88,7 @@ class InspectorMixin:
         if getattr(event, "chain", 1) < 2 or self.session is None:
             return
         widget = event.widget
-        while widget is not None and not isinstance(widget, (UserMessage, AssistantMessage)):
+        while widget is not None and not isinstance(widget, _message_widgets()):
             widget = widget.parent
         if widget is None:
             return

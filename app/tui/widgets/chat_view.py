@@ -7,13 +7,17 @@ come in a page at a time through :class:`EarlierMessages`.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.earlier_messages import EarlierMessages
 from app.tui.widgets.notice import Notice
 from app.tui.widgets.user_message import UserMessage
+
+if TYPE_CHECKING:
+    from app.tui.widgets.assistant_message import AssistantMessage
 
 #: messages mounted at once when a stored conversation opens, and per "show earlier"
 PAGE = 10
@@ -50,6 +54,8 @@ class ChatView(VerticalScroll):
         return widget
 
     async def add_assistant(self) -> AssistantMessage:
+        from app.tui.widgets.assistant_message import AssistantMessage  # Markdown: not for the first frame
+
         self._drop_welcome()
         widget = AssistantMessage()
         await self.mount(widget)
@@ -82,6 +88,8 @@ class ChatView(VerticalScroll):
 
     @staticmethod
     def _stored_widget(message):
+        from app.tui.widgets.assistant_message import AssistantMessage
+
         if message.role == "user":
             return UserMessage(message.content)
         return AssistantMessage(content=message.content, reasoning=message.reasoning,
@@ -96,6 +104,8 @@ class ChatView(VerticalScroll):
         await self.remove_children()
 
     def last_assistant(self) -> AssistantMessage | None:
+        from app.tui.widgets.assistant_message import AssistantMessage
+
         replies = self.query(AssistantMessage)
         return replies.last() if replies else None
 
