@@ -18,12 +18,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+#: how often the model bar shows the download's progress
+PROGRESS_EVERY_S = 0.1
+
 
 class PullMixin:
     """Pull state: one download at a time, owned here."""
 
     _pull_cancel: threading.Event | None = None
     _pull_ref: str = ""
+    #: (the download's cancel event, its newest Progress), written by the download thread
+    _pull_latest: tuple | None = None
+    _pull_timer = None
     #: (monotonic time, bytes) when the download started, for its speed
     _pull_start: tuple[float, int] = (0.0, 0)
 
@@ -74,6 +80,8 @@ class PullMixin:
         cancel = threading.Event()
         self._pull_cancel, self._pull_ref = cancel, value
         self._pull_start = (time.monotonic(), 0)
+        self._pull_latest = None
+        self._pull_timer = self.set_interval(PROGRESS_EVERY_S, self._render_latest)
         self._show_download(f"looking up {value} on the hub")
         self._pull(value, cancel)
 
@@ -88,8 +96,7 @@ class PullMixin:
             plan = plan_pull(model_ref(value))
             check_space(plan)
             self.call_from_thread(self._pull_planned, cancel, plan)
-            path = download(plan, progress=lambda p: self.call_from_thread(self._pull_progress, cancel, p),
-                            cancel=cancel)
+            path = download(plan, progress=lambda p: setattr(self, "_pull_latest", (cancel, p)), cancel=cancel)
         except DownloadCancelled:
             return  # Esc already said so
         except Exception as exc:  # shown on screen; the chat goes on with the loaded model
@@ -98,6 +105,12 @@ class PullMixin:
             self.call_from_thread(self._pull_failed, cancel, error_text(exc))
             return
         self.call_from_thread(self._pull_done, cancel, path)
+
+    def _render_latest(self) -> None:
+        """Timer tick: show the newest progress the download thread left (it never waits for the UI)."""
+        latest = self._pull_latest
+        if latest is not None:
+            self._pull_progress(*latest)
 
     def _pull_planned(self, cancel: threading.Event, plan) -> None:
         from app.hub import human_bytes
@@ -151,6 +164,10 @@ class PullMixin:
 
     def _end_pull(self) -> None:
         self._pull_cancel = None
+        self._pull_latest = None
+        if self._pull_timer is not None:
+            self._pull_timer.stop()
+            self._pull_timer = None
         self._show_download("")
         self.refresh_bindings()
 

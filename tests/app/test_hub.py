@@ -59,6 +59,26 @@ def test_pull_downloads_verifies_and_links_like_hf_hub_download(standin, smollm_
     assert {p.total for p in seen} == {size}
 
 
+def test_the_standin_answers_the_listing_apis_as_the_hub_does(standin, smollm_path, split_parts):
+    """huggingface_hub's own listing calls parse what the stand-in serves (model info and tree)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile, RepoFolder
+
+    for part in split_parts:
+        standin.add_file(REPO, f"split/{part.name}", part)
+    api = HfApi(endpoint=standin.endpoint)
+    info = api.model_info(REPO, files_metadata=True)
+    assert info.sha == standin.repos[REPO].commit
+    by_name = {s.rfilename: s for s in info.siblings}
+    assert by_name[FILE].size == smollm_path.stat().st_size and by_name[FILE].lfs.sha256 == sha256_of(smollm_path)
+    top = list(api.list_repo_tree(REPO))
+    assert {type(e).__name__: e.path for e in top} == {"RepoFile": FILE, "RepoFolder": "split"}
+    deep = [e for e in api.list_repo_tree(REPO, recursive=True) if isinstance(e, RepoFile)]
+    assert sorted(e.path for e in deep) == sorted([FILE] + [f"split/{p.name}" for p in split_parts])
+    assert {e.path: e.lfs.sha256 for e in deep}[f"split/{split_parts[1].name}"] == sha256_of(split_parts[1])
+    assert all(not isinstance(e, RepoFolder) for e in deep)
+
+
 def test_second_resolve_is_served_from_the_cache_without_a_request(standin):
     first = hub.resolve(f"hf:{REPO}/{FILE}")
     count = len(standin.requests)
