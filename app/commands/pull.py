@@ -102,8 +102,6 @@ def pull_if_missing(model: str | None, offline: bool = False) -> None:
     Offline, or for a local path, nothing happens here: resolution answers
     (from the cache, or with one line saying what is missing).
     """
-    from app.hub import hub_settings
-    from app.hub_cache import cached_model
     from app.hub_ref import RefError, model_ref
 
     try:
@@ -112,6 +110,9 @@ def pull_if_missing(model: str | None, offline: bool = False) -> None:
         return  # resolution reports it
     if ref is None or offline:
         return
+    from app.hub import hub_settings  # only for hub references: a local model never pays for it
+    from app.hub_cache import cached_model
+
     settings = hub_settings()
     if settings.offline or cached_model(ref, settings.cache) is not None:
         return
