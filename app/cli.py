@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "export a stored conversation as Markdown or JSON"),
     "config": ("config", "show the configuration file path or the merged settings"),
     "models": ("models", "list the models tokchat can find"),
+    "tools": ("tools", "list the configured MCP servers' tools and their token cost"),
     "pull": ("pull", "download a model from the Hugging Face Hub (hf:ORG/REPO[:QUANT] or a preset name)"),
     "rm": ("rm", "delete a downloaded model from the Hugging Face cache"),
 }

@@ -74,6 +74,11 @@ SCHEMA: dict[str, Setting] = {
     "attach.max_bytes": Setting("integer", minimum=1),
     "attach.max_tokens": Setting("integer", minimum=1),
     "attach.max_files": Setting("integer", minimum=1),
+    "tools.enabled": _S,
+    "tools.auto_approve": Setting("strings"),
+    "tools.max_steps": Setting("integer", minimum=1),
+    "tools.result_tokens": Setting("integer", minimum=16),
+    "tools.call_timeout_s": Setting("number", minimum=0.1),
     "ui.theme": _S,
     **{f"keys.{action}": _S for action in KEY_ACTIONS},
 }
@@ -91,8 +96,14 @@ FLAG_SETTINGS: dict[str, str] = {
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
     "top_k": "sampling.top_k", "min_p": "sampling.min_p", "repeat_penalty": "sampling.repeat_penalty",
     "repeat_last_n": "sampling.repeat_last_n", "max_tokens": "sampling.max_tokens", "seed": "sampling.seed", "history": "history.enabled",
+    "tools": "tools.enabled",
     "theme": "ui.theme",
 }
+
+
+#: sections whose table names are the user's own, checked by the module that reads them
+#: ([mcp.servers.NAME]: app.tools.settings)
+_OWN_TABLES = ("mcp",)
 
 
 def _toml_type(value: Any) -> str:
@@ -123,6 +134,8 @@ def flatten(source: str, table: dict, allowed: set[str] | None = None) -> dict[s
     sections = sorted({k.split(".")[0] for k in allowed})
     flat: dict[str, Any] = {}
     for section, body in table.items():
+        if section in _OWN_TABLES:
+            continue  # free-form names inside; checked by their owner (see _OWN_TABLES)
         if section not in sections:
             hint = difflib.get_close_matches(section, sections, n=1)
             raise ConfigError(f"{source}: unknown section [{section}]"
@@ -196,6 +209,8 @@ class Settings:
     #: the model's header, read once while matching the preset (see app.presets.PresetMatch)
     model_meta: Any = field(default=None, repr=False)
     files: list[Path] = field(default_factory=list)
+    #: the user's free-form tables (see _OWN_TABLES) as parsed, with the file they came from
+    own_tables: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = True) -> Settings:
@@ -208,14 +223,17 @@ def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = 
     sources = dict.fromkeys(values, "default.toml")
     files = [DEFAULTS_PATH]
     user: dict[str, Any] = {}
+    own: dict[str, tuple[str, Any]] = {}
     user_path = user_config_path()
     if user_path.is_file():
-        user = flatten(str(user_path), read_toml(user_path))
+        table = read_toml(user_path)
+        user = flatten(str(user_path), table)
+        own = {name: (str(user_path), table[name]) for name in _OWN_TABLES if name in table}
         files.append(user_path)
     flags = flag_values(args)
     model = flags.get("model.default", (None, user.get("model.default", values["model.default"])))[1]
 
-    settings = Settings(values, sources, files=files)
+    settings = Settings(values, sources, files=files, own_tables=own)
     if use_preset:
         found = match_model(model or None)
         settings.preset, settings.model_path, settings.preset_note = found.preset, found.path, found.note
@@ -262,7 +280,14 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         model_meta=settings.model_meta,
         attach=[Path(p) for p in (getattr(args, "attach", None) or [])],
         attach_limits=AttachLimits(v["attach.max_bytes"], v["attach.max_tokens"], v["attach.max_files"]),
+        tools=_tool_settings(settings, args),
     )
+
+
+def _tool_settings(settings: Settings, args: argparse.Namespace | None) -> Any:
+    from app.tools.settings import tool_settings
+
+    return tool_settings(settings, approve_all=bool(getattr(args, "approve_tools", False)))
 
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:

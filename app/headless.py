@@ -8,6 +8,10 @@
   (``finish_reason: "cancelled"``) is still written, and the exit status is 130.  A
   second Ctrl-C interrupts at once.
 
+Tools: with ``--tools`` the turn runs through :class:`app.tools.loop.ToolLoop`; each call
+and its result are one line on stderr (text made printable), and a call runs only with
+``--approve-tools``, a ``tools.auto_approve`` entry, or a yes typed on the terminal.
+
 History: ``recorder`` (an :class:`app.recorder.HistoryRecorder` or anything with
 ``on_user``/``on_event``/``on_reply``/``close``) is told about the turn; None records nothing.
 """
@@ -77,6 +81,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
         for file in files:
             print(f"tokchat: attached {file.summary()}", file=err)
         prompt = compose(prompt, files)
+    tools = _open_tools(options, session, recorder, err)
     if recorder is not None:
         # model name and template are known only now that the model is loaded
         recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
@@ -84,8 +89,9 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     status = 0
     wrote_content = False
     try:
-        with _cancel_on_sigint(session):
-            for event in session.send(prompt):
+        with _cancel_on_sigint(tools.loop if tools is not None else session):
+            events = tools.loop.send(prompt) if tools is not None else session.send(prompt)
+            for event in events:
                 if recorder is not None:
                     recorder.on_event(event)
                 if event.kind == "content":
@@ -98,6 +104,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                 elif event.kind in ("notice", "error"):
                     print(f"tokchat: {event.text}", file=err)
                     status = 2 if event.kind == "error" else status
+                elif event.kind in ("tool_call", "tool_result"):
+                    _print_tool_event(event, err)
                 elif event.kind == "done" and event.stats is not None:
                     if event.stats.finish_reason == "cancelled":
                         status = EXIT_INTERRUPTED
@@ -112,8 +120,62 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     finally:
         if recorder is not None:
             recorder.close()
+        if tools is not None:
+            tools.close()
         session.backend.close()
     return status
+
+
+def _open_tools(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> Any:
+    """The chat's tools (None without ``--tools``); intermediate messages go to the history."""
+    from app.tools.setup import open_tools
+
+    def on_message(message: ChatMessage) -> None:
+        if recorder is None:
+            return
+        if message.role == "assistant":
+            recorder.on_reply(message)
+        else:
+            recorder.on_user(message)
+
+    return open_tools(options.tools, session, approve=_ask_on_terminal(err),
+                      notify=lambda line: print(f"tokchat: {line}", file=err), on_message=on_message)
+
+
+def _ask_on_terminal(err: TextIO) -> Any:
+    """Approval for a headless run: asked on the terminal when there is one, else denied."""
+    from app.tools.display import call_line
+    from app.tools.loop import ALWAYS, DENY, ONCE
+
+    def approve(call: Any, server: str) -> str:
+        try:
+            if not sys.stdin.isatty():
+                raise OSError("no terminal")
+            with open("/dev/tty", "r+", encoding="utf-8") as tty:
+                tty.write(f"tokchat: run {call_line(server, call.name, call.arguments)}? "
+                          "[y]es once / [a]lways / [N]o: ")
+                tty.flush()
+                answer = tty.readline().strip().lower()
+        except OSError:
+            print(f"tokchat: tool call {call.name} denied: no terminal to ask on; run with --approve-tools or "
+                  "list the tool in tools.auto_approve", file=err)
+            return DENY
+        return {"y": ONCE, "yes": ONCE, "a": ALWAYS, "always": ALWAYS}.get(answer, DENY)
+
+    return approve
+
+
+def _print_tool_event(event: Any, err: TextIO) -> None:
+    from app.tools.display import preview
+
+    if event.kind == "tool_call":
+        call, _server = event.data
+        state = f" (not run: {call.error})" if call.error else ""
+        print(f"tokchat: tool call {event.text}{state}", file=err)
+    else:
+        outcome = event.data
+        print(f"tokchat: tool result {outcome.call.name} [{outcome.status}, {outcome.tokens} tokens]: "
+              f"{preview(outcome.text)}", file=err)
 
 
 @contextmanager

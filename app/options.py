@@ -54,3 +54,5 @@ class ChatOptions:
     attach: list[Path] = field(default_factory=list)
     #: size and token budgets for attachments (``[attach]`` in the config; an app.attachments.AttachLimits)
     attach_limits: Any = None
+    #: tool calling (see app.tools.settings.ToolSettings): which MCP servers' tools, approval, limits
+    tools: Any = None

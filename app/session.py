@@ -89,11 +89,16 @@ class ChatMessage:
 
 @dataclass
 class ReplyEvent:
-    """What a turn yields: ``notice``, ``reasoning``, ``content``, ``error``, then ``done`` last."""
+    """What a turn yields: ``notice``, ``reasoning``, ``content``, ``error``, then ``done`` last.
+
+    The tool loop (:mod:`app.tools.loop`) adds ``tool_call_delta`` (call text as it is
+    generated), ``tool_call`` and ``tool_result`` (``data``: the call / its outcome).
+    """
 
     kind: str
     text: str = ""
     stats: TurnStats | None = None
+    data: Any = None
 
 
 @dataclass

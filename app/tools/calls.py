@@ -31,7 +31,7 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 
 @dataclass(frozen=True)
@@ -112,13 +112,27 @@ class CallStreamSplitter:
         self.syntax = syntax
         self._held = ""
         self._in_call = False
-        self._decided = syntax is None or syntax.family != "llama3"
+        self._decided = syntax is None or syntax.family not in ("llama3", "hermes")
+        #: the whole reply is shown as call text because it opens like a bare JSON call
+        self.bare = False
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         if self.syntax is None:
             return [("content", text)] if text else []
         self._held += text
         out: list[tuple[str, str]] = []
+        if not self._decided and self.syntax.family == "hermes":
+            head = self._held.lstrip()
+            if not head or any(p.startswith(head) for p in _BARE_OPENERS):
+                return out
+            self._decided = True
+            if head.startswith(_BARE_OPENERS):
+                self.bare = True
+                out.append(("call", self._held))
+                self._held = ""
+                self.syntax = CallSyntax("bare", "")
+                self._in_call = True
+                return out
         if not self._decided:
             head = self._held.lstrip()
             if not head:
@@ -169,6 +183,10 @@ class CallStreamSplitter:
         return [("call" if self._in_call else "content", held)]
 
 
+#: how a bare JSON call opens (see _parse_bare)
+_BARE_OPENERS = ("{", "```json")
+
+
 def _partial_suffix(text: str, marker: str) -> int:
     """Length of the longest end of ``text`` that is a proper start of ``marker``."""
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
@@ -179,17 +197,24 @@ def _partial_suffix(text: str, marker: str) -> int:
 
 # ------------------------------------------------------------------------------------- parsing
 def parse_reply(tokenizer: Any, syntax: CallSyntax | None, reply_ids: Sequence[int],
-                content: str) -> ParsedReply:
+                content: str, tool_names: Collection[str] = ()) -> ParsedReply:
     """The calls in a finished reply (``reply_ids`` as generated, ``content`` the answer text).
 
     ``content`` is the reply as the think filter passed it (reasoning
     removed); calls are looked for there.  The ids decide two things: that
     the opening marker was generated as its own token where the vocabulary
     has one, and how many ids the calls took.
+
+    A ``hermes`` reply without the marker that is *nothing but* one JSON
+    call to one of ``tool_names`` (bare, or in a ```json fence, as small
+    Qwen models often write it; llama.cpp's Hermes parser accepts it too) is
+    a call as well; the JSON must still parse.
     """
     if syntax is None or not content.strip():
         return ParsedReply(content)
     marker_id = _single_token(tokenizer, syntax.open)
+    if syntax.family == "hermes" and syntax.open not in content:
+        return _parse_bare(tokenizer, content, reply_ids, tool_names)
     if marker_id is not None and marker_id not in reply_ids:
         return ParsedReply(content)  # the marker text, if any, was spelled out: plain text
     if syntax.family == "hermes":
@@ -201,6 +226,32 @@ def parse_reply(tokenizer: Any, syntax: CallSyntax | None, reply_ids: Sequence[i
     if parsed.calls:
         parsed.call_tokens = _call_tokens(tokenizer, syntax, reply_ids, marker_id)
     return parsed
+
+
+_FENCED = re.compile(r"\A\s*```(?:json)?\s*\n(.*?)\n?```\s*\Z", re.DOTALL)
+_BARE_CALL = re.compile(r'\A\s*\{\s*"name"\s*:\s*"([^"]+)"')
+
+
+def _parse_bare(tokenizer: Any, content: str, reply_ids: Sequence[int], tool_names: Collection[str]) -> ParsedReply:
+    fenced = _FENCED.match(content)
+    body = fenced.group(1) if fenced else content
+    named = _BARE_CALL.match(body)
+    if named is None or named.group(1) not in tool_names:
+        return ParsedReply(content)
+    calls: list[ToolCall] = []
+    decoder, pos, text = json.JSONDecoder(), 0, body.strip()
+    while pos < len(text):  # one or more objects, one after the other (parallel calls)
+        try:
+            _, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            calls.append(_call_from_json(text[pos:], text[pos:], ("arguments", "parameters")))
+            break
+        calls.append(_call_from_json(text[pos:end], text[pos:end], ("arguments", "parameters")))
+        pos = end
+        while pos < len(text) and text[pos] in " \t\r\n,;":
+            pos += 1
+    stops = set(getattr(tokenizer, "eog_ids", ()) or ())
+    return ParsedReply("", calls, sum(1 for i in reply_ids if i not in stops))
 
 
 def _single_token(tokenizer: Any, text: str) -> int | None:

@@ -150,3 +150,31 @@ def test_any_chunking_splits_the_same(cuts):
     cuts = sorted(set(cuts))
     chunks = [SPLIT_TEXT[a:b] for a, b in zip([0] + cuts, cuts + [len(SPLIT_TEXT)])]
     assert _split(HERMES, chunks) == _split(HERMES, [SPLIT_TEXT])
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}',
+    '```json\n{\n  "name": "get_current_time",\n  "arguments": {"timezone": "Asia/Tokyo"}\n}\n```',
+])
+def test_a_bare_json_call_to_an_offered_tool(qwen, text):
+    """Qwen2.5-Coder-0.5B writes its calls like this (seen in the real-model test)."""
+    ids = _reply(qwen, text)
+    parsed = parse_reply(qwen, HERMES, ids, text, {"get_current_time"})
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("get_current_time", {"timezone": "Asia/Tokyo"})]
+    assert parsed.content == "" and parsed.call_tokens == len(ids) - 1
+    # not an offered tool, or JSON among prose: an answer, not a call
+    assert parse_reply(qwen, HERMES, ids, text, {"other"}).calls == []
+    prose = "Here is an example:\n" + text
+    assert parse_reply(qwen, HERMES, _reply(qwen, prose), prose, {"get_current_time"}).calls == []
+
+
+def test_bare_parallel_calls_and_a_bare_opening_in_the_stream(qwen):
+    text = ('{"name": "convert_time", "arguments": {"time": "21:00"}}\n'
+            '{"name": "get_current_time", "arguments": {"timezone": "UTC"}}')
+    parsed = parse_reply(qwen, HERMES, _reply(qwen, text), text, {"convert_time", "get_current_time"})
+    assert [c.name for c in parsed.calls] == ["convert_time", "get_current_time"] and not parsed.calls[0].error
+    splitter = CallStreamSplitter(HERMES)
+    assert _joined(splitter.feed(" ``") + splitter.feed('`json\n{"name"') + splitter.finish()) == [
+        ("call", ' ```json\n{"name"')]
+    assert splitter.bare
+    assert _split(HERMES, ["```py", "thon\nprint(1)\n```"]) == [("content", "```python\nprint(1)\n```")]

@@ -1,0 +1,33 @@
+"""Tool text made safe to show: a terminal never receives a control character from a tool.
+
+A tool result (or a model's call arguments) may hold escape sequences
+(``ESC [ 2 J`` clears the screen, ``ESC ] 52`` writes the clipboard, ``BEL``
+...).  Everything shown to the user passes through :func:`printable`, which
+replaces C0/C1 controls other than newline and tab with visible escapes
+(``\\x1b``).  What the *model* gets is the text unchanged (as a literal
+message span, so special-token text in it stays plain text).
+"""
+from __future__ import annotations
+
+import json
+import re
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (not newline and tab) written as ``\\xNN``."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                         else f"\\u{ord(m.group()):04x}", text)
+
+
+def call_line(server: str, name: str, arguments: dict) -> str:
+    """``server.tool {"arg": ...}`` on one line, safe to print."""
+    args = json.dumps(arguments, ensure_ascii=False)
+    return printable(f"{server + '.' if server else ''}{name} {args}")
+
+
+def preview(text: str, limit: int = 300) -> str:
+    """The start of a result for a one-line summary, safe to print."""
+    flat = " ".join(text.split())
+    return printable(flat if len(flat) <= limit else flat[: limit - 1] + "…")

@@ -1,0 +1,240 @@
+"""One turn with tools: generate, find the calls, ask, run, send the results back, repeat.
+
+    loop = ToolLoop(session, toolbox, approve=ask_the_user, settings=tool_settings)
+    for event in loop.send("What time is it in Tokyo?"):
+        ...   # content / reasoning / tool_call_delta / tool_call / tool_result / notice / error, then done
+
+Every model step is an ordinary :class:`app.session.ChatSession` turn: the
+first after the user's message (``send``), the next after the tool results
+(``continue_turn``), so prompt building, overflow and accounting are the
+session's.  Between steps:
+
+* the reply's calls are parsed from its ids (:func:`app.tools.calls.parse_reply`)
+  and the reply is rewritten the HF way: ``content`` without the call markup,
+  ``tool_calls`` with the parsed calls (so the template re-renders them);
+* a malformed call, an unknown tool, a denied call and a failed call all go
+  back to the model as an error result; only an approved, well-formed call
+  to an offered tool is run;
+* a result longer than ``result_tokens`` is cut to that many tokens, with a
+  notice to the model (in the result) and to the user (an event).
+
+The turn's ``done`` carries stats for the whole turn: completion and
+evaluated prompt tokens summed over the steps, ``tool_call_tokens``,
+``tool_result_tokens`` and ``model_steps`` added.  The last reply's stats
+are replaced by these, so history and /stats count every tool token.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from app.session import ChatMessage, ChatSession, ReplyEvent, TurnStats
+from app.tools.calls import CallStreamSplitter, CallSyntax, ToolCall, parse_reply, syntax_for
+from app.tools.display import call_line
+from app.tools.mcp_client import ToolInfo, ToolResult
+from app.tools.settings import ToolSettings
+
+#: approval answers
+ONCE, ALWAYS, DENY = "once", "always", "deny"
+
+
+class Toolbox(Protocol):
+    """What the loop runs calls on (:class:`app.tools.mcp_client.McpHub`)."""
+
+    def call(self, server: str, tool: str, arguments: dict, timeout_s: float | None = None) -> ToolResult: ...
+
+
+#: (call, server) -> ONCE | ALWAYS | DENY; may block (the TUI waits for its dialog)
+Approver = Callable[[ToolCall, str], str]
+
+
+@dataclass
+class ToolOutcome:
+    """What became of one call: ``status`` ok | error | denied | malformed | unknown | skipped."""
+
+    call: ToolCall
+    server: str
+    status: str
+    text: str  # the result as sent to the model (truncated if it was too long)
+    tokens: int = 0
+    truncated_from: int = 0  # the result's full length in tokens when it was cut
+
+
+class ToolLoop:
+    """Drives a :class:`ChatSession` through a turn with tool calls."""
+
+    def __init__(self, session: ChatSession, toolbox: Toolbox, tools: Sequence[ToolInfo], *,
+                 approve: Approver, settings: ToolSettings | None = None,
+                 syntax: CallSyntax | None = None,
+                 on_message: Callable[[ChatMessage], None] | None = None) -> None:
+        """``on_message`` is told about every message the loop adds or finishes between steps
+        (intermediate replies and tool results), in order, for the history."""
+        self.session = session
+        self.toolbox = toolbox
+        self.settings = settings or ToolSettings()
+        self.approve = approve
+        self.on_message = on_message
+        self.syntax = syntax if syntax is not None else syntax_for(session.template.source)
+        #: tool name -> the tool (the first server offering a name wins)
+        self.tools: dict[str, ToolInfo] = {}
+        for tool in tools:
+            self.tools.setdefault(tool.name, tool)
+        self.always: set[str] = set()
+        self._cancel = threading.Event()
+        session.tools = [t.schema() for t in self.tools.values()] if self.tools else None
+
+    @property
+    def active(self) -> bool:
+        """Tools are given to the model (there are some, and the template has a call syntax)."""
+        return bool(self.tools) and self.syntax is not None
+
+    def cancel(self) -> None:
+        """Stop the turn: the step being generated is cancelled and no further call is run."""
+        self._cancel.set()
+        self.session.cancel()
+
+    # -- the turn --------------------------------------------------------------------------------
+    def send(self, text: str) -> Iterator[ReplyEvent]:
+        """Send a user message and run the turn to its end."""
+        yield from self.run(self.session.send(text))
+
+    def run(self, first_step: Iterator[ReplyEvent]) -> Iterator[ReplyEvent]:
+        """Run a turn whose first step is ``first_step`` (``send``, ``regenerate``, ``edit_last_user``)."""
+        self._cancel.clear()
+        started = time.monotonic()
+        steps: list[TurnStats] = []
+        call_tokens = result_tokens = 0
+        events = first_step
+        while True:
+            stats, bare_text = yield from self._step(events)
+            if stats is None:  # refused before generating (an error event said why)
+                yield ReplyEvent("done", stats=self._total(steps, call_tokens, result_tokens, started))
+                return
+            steps.append(stats)
+            reply = self.session.messages[-1] if self.session.messages else None
+            parsed = None
+            if reply is not None and reply.role == "assistant" and self.active and stats.finish_reason == "stop":
+                record = getattr(reply, "record", None)
+                reply_ids = getattr(record, "reply_ids", ()) or ()
+                parsed = parse_reply(self.session.tokenizer, self.syntax, reply_ids, reply.content, self.tools)
+            if parsed is None or not parsed.calls:
+                if bare_text:  # it opened like a bare JSON call but is an answer: show it as one
+                    yield ReplyEvent("content", bare_text)
+                break
+            call_tokens += parsed.call_tokens
+            if len(steps) >= self.settings.max_steps or self._cancel.is_set():
+                if not self._cancel.is_set():
+                    yield ReplyEvent("notice", f"the turn reached its limit of {self.settings.max_steps} model "
+                                     f"steps (tools.max_steps): {len(parsed.calls)} call(s) not run")
+                break
+            malformed_raw = "".join("\n" + c.raw for c in parsed.calls if c.error is not None)
+            reply.content = (parsed.content + malformed_raw).strip()
+            reply.tool_calls = [c.message_form() for c in parsed.valid_calls] or None
+            if self.on_message is not None:
+                self.on_message(reply)
+            results: list[ChatMessage] = []
+            for call in parsed.calls:
+                outcome = yield from self._run_call(call)
+                result_tokens += outcome.tokens
+                message = ChatMessage("tool", outcome.text, tool_call_id=call.id, name=call.name or "invalid")
+                results.append(message)
+                if self.on_message is not None:
+                    self.on_message(message)
+            if self._cancel.is_set():
+                # the results are kept (the model sees them next turn); no further step
+                self.session.messages.extend(results)
+                break
+            events = self.session.continue_turn(results)
+        total = self._total(steps, call_tokens, result_tokens, started)
+        last = self.session.messages[-1] if self.session.messages else None
+        if last is not None and last.role == "assistant":
+            last.stats = total
+        yield ReplyEvent("done", stats=total)
+
+    def _step(self, events: Iterator[ReplyEvent]):
+        """Pass one step's events on (call text split out); returns its stats (None if refused)."""
+        splitter = CallStreamSplitter(self.syntax if self.active else None)
+        stats: TurnStats | None = None
+        generated = False
+        bare: list[str] = []
+        for event in events:
+            if event.kind in ("content", "done"):
+                generated = generated or event.kind == "content"
+                pieces = splitter.feed(event.text) if event.kind == "content" else splitter.finish()
+                for kind, text in pieces:
+                    if splitter.bare:
+                        bare.append(text)
+                    yield ReplyEvent("content" if kind == "content" else "tool_call_delta", text)
+                if event.kind == "done":
+                    stats = event.stats
+            else:
+                generated = generated or event.kind == "reasoning"
+                yield event
+        if stats is None or (not generated and stats.completion_tokens == 0 and stats.prompt_tokens == 0):
+            return None, ""
+        return stats, "".join(bare)
+
+    def _run_call(self, call: ToolCall):
+        """Decide on one call and run it if allowed; yields the call and its outcome."""
+        tool = self.tools.get(call.name)
+        server = tool.server if tool is not None else ""
+        yield ReplyEvent("tool_call", call_line(server, call.name, call.arguments), data=(call, server))
+        if call.error is not None:
+            outcome = self._outcome(call, server, "malformed", f"error: {call.error}; the call was not run")
+        elif tool is None:
+            offered = ", ".join(sorted(self.tools)) or "none"
+            outcome = self._outcome(call, server, "unknown",
+                                    f"error: there is no tool named {call.name!r} (tools: {offered})")
+        elif self._cancel.is_set():
+            outcome = self._outcome(call, server, "skipped", "error: the user stopped the turn; not run")
+        else:
+            decision = self._decide(call, server)
+            if decision == DENY:
+                outcome = self._outcome(call, server, "denied", "error: the user denied this tool call")
+            else:
+                result = self.toolbox.call(server, call.name, call.arguments, self.settings.call_timeout_s)
+                outcome = self._outcome(call, server, "error" if result.is_error else "ok", result.text)
+        if outcome.truncated_from:
+            yield ReplyEvent("notice", f"the result of {call.name} was {outcome.truncated_from} tokens; "
+                             f"kept the first {self.settings.result_tokens} (tools.result_tokens)")
+        yield ReplyEvent("tool_result", outcome.text, data=outcome)
+        return outcome
+
+    def _decide(self, call: ToolCall, server: str) -> str:
+        names = {call.name, f"{server}.{call.name}"}
+        if self.settings.approve_all or names & set(self.settings.auto_approve) or call.name in self.always:
+            return ONCE
+        decision = self.approve(call, server)
+        if decision == ALWAYS:
+            self.always.add(call.name)
+        return decision
+
+    def _outcome(self, call: ToolCall, server: str, status: str, text: str) -> ToolOutcome:
+        kept, tokens, full = fit_result(self.session.tokenizer, text, self.settings.result_tokens)
+        return ToolOutcome(call, server, status, kept, tokens, full if full > tokens else 0)
+
+    def _total(self, steps: list[TurnStats], call_tokens: int, result_tokens: int, started: float) -> TurnStats:
+        if not steps:
+            return TurnStats(finish_reason="error", model_steps=0, context_limit=self.session.context_size)
+        last, first = steps[-1], steps[0]
+        completion = sum(s.completion_tokens for s in steps)
+        timed = [s for s in steps if s.tokens_per_s > 0]
+        generating = sum((s.completion_tokens - 1) / s.tokens_per_s for s in timed)
+        speed = sum(s.completion_tokens - 1 for s in timed) / generating if generating > 0 else last.tokens_per_s
+        return replace(
+            last, new_prompt_tokens=sum(s.new_prompt_tokens for s in steps), completion_tokens=completion,
+            reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
+            tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps))
+
+
+def fit_result(tokenizer: Any, text: str, budget: int) -> tuple[str, int, int]:
+    """``(text to send, its tokens, the full text's tokens)``: cut to ``budget`` tokens with a notice."""
+    ids = tokenizer.encode(text) if text else []
+    if len(ids) <= budget:
+        return text, len(ids), len(ids)
+    notice = f"\n[tokchat: result truncated to its first {budget} of {len(ids)} tokens]"
+    room = max(1, budget - len(tokenizer.encode(notice)))
+    kept = tokenizer.decode(ids[:room]).rstrip("\ufffd") + notice
+    return kept, len(tokenizer.encode(kept)), len(ids)
