@@ -12,8 +12,8 @@ the cache directory (:mod:`tokenizer.table_cache`).
 """
 from __future__ import annotations
 
-import hashlib
 import os
+import zlib
 from array import array
 from types import ModuleType
 
@@ -76,8 +76,8 @@ def _flag_key(llama: bool) -> str:
     import regex
 
     code = build_flag_table.__code__
-    source = hashlib.sha256(code.co_code + repr((code.co_consts, uc.NEWER_THAN_LLAMA_CPP)).encode()).hexdigest()
-    return f"flag table v1 llama={llama} regex={regex.__version__} source={source}"
+    source = zlib.crc32(code.co_code + repr((code.co_consts, uc.NEWER_THAN_LLAMA_CPP)).encode())
+    return f"flag table v1 llama={llama} regex={regex.__version__} builder={source:08x}"
 
 
 def build_flag_table(llama: bool) -> bytes:

@@ -46,7 +46,7 @@ def test_a_corrupt_cache_file_is_detected_and_rebuilt(cache, damage):
     cached_table("t", "key", build)
     path = cache / "t.bin"
     data = bytearray(path.read_bytes())
-    head = len(table_cache.MAGIC) + 64
+    crc_at = len(table_cache.MAGIC) + 4 + len("key")
     if damage == "flip a payload byte":
         data[-5] ^= 0xFF
     elif damage == "truncate":
@@ -56,7 +56,7 @@ def test_a_corrupt_cache_file_is_detected_and_rebuilt(cache, damage):
     elif damage == "other magic":
         data[:4] = b"JUNK"
     else:
-        data[head - 1] ^= 0x01
+        data[crc_at] ^= 0x01
     path.write_bytes(bytes(data))
     assert cached_table("t", "key", build) == build.payload
     assert build.calls == 2
@@ -69,8 +69,8 @@ def test_a_zlib_stream_that_decodes_to_other_bytes_is_caught_by_the_checksum(cac
     path = cache / "t.bin"
     forged = table_cache._encode("key", b"another table")
     good = path.read_bytes()
-    head = len(table_cache.MAGIC) + 64
-    path.write_bytes(good[:head] + forged[head:])  # the stored checksum no longer matches
+    stream_at = len(table_cache.MAGIC) + 4 + len("key") + 8
+    path.write_bytes(good[:stream_at] + forged[stream_at:])  # a valid stream, but not what the checksum says
     assert cached_table("t", "key", build) == b"the real table"
     assert build.calls == 2
 
