@@ -8,7 +8,9 @@ raw epoch seconds beside them so nothing is rounded away).
 ``import`` of an export gives the same messages.
 
 Markdown puts reasoning in a collapsed ``<details>`` block above the answer
-and a one-line stats footer under each reply.
+and a one-line stats footer under each reply; tool calls and tool results
+are collapsed ``<details>`` blocks too (JSON arguments, the result as text).
+A message's tool fields travel in JSON as ``"tool"`` (absent in older exports).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def to_dict(conv: Conversation) -> dict[str, Any]:
         "updated": iso(info.updated_at),
         "messages": [
             {**{name: getattr(m, name) for name in _MESSAGE_FIELDS}, "created": iso(m.created_at),
-             "finished": iso(m.finished_at)}
+             "finished": iso(m.finished_at), **({"tool": m.tool} if m.tool else {})}
             for m in conv.messages
         ],
     }
@@ -95,7 +97,8 @@ def from_dict(data: Any, source: str = "import") -> Conversation:
             reasoning_tokens=_need(m, "reasoning_tokens", opt_int, where),
             ttft_s=_need(m, "ttft_s", opt_num, where), tokens_per_s=_need(m, "tokens_per_s", opt_num, where),
             stats=_need(m, "stats", (dict, type(None)), where), created_at=_need(m, "created_at", num, where),
-            finished_at=_need(m, "finished_at", opt_num, where)))
+            finished_at=_need(m, "finished_at", opt_num, where),
+            tool=_need(m, "tool", (dict, type(None)), where) if "tool" in m else None))
     return Conversation(info, messages)
 
 
@@ -126,6 +129,17 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else ""
 
 
+def _details(summary: str, body: str, language: str) -> list[str]:
+    """A collapsed block with ``body`` fenced (the fence longer than any backtick run inside)."""
+    import re
+
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    summary = summary.replace("<", "&lt;").replace(">", "&gt;")
+    return ["<details>", f"<summary>{summary}</summary>", "", f"{fence}{language}", body, fence, "",
+            "</details>", ""]
+
+
 def to_markdown(conv: Conversation) -> str:
     info = conv.info
     out = [f"# {info.title or '(untitled)'}", ""]
@@ -140,10 +154,19 @@ def to_markdown(conv: Conversation) -> str:
     if info.system_prompt:
         out += ["## System", "", info.system_prompt, ""]
     for m in conv.messages:
+        tool = m.tool or {}
+        if m.role == "tool":
+            out += _details(f"Tool result: {tool.get('name', '?')}", m.content, "text")
+            continue
         out += [f"## {m.role.capitalize()}", "", f"*{_when(m.created_at)}*", ""]
         if m.reasoning:
             out += ["<details>", "<summary>Reasoning</summary>", "", m.reasoning.strip(), "", "</details>", ""]
-        out += [m.content.strip() or "*(empty)*", ""]
+        if m.content.strip() or not tool.get("tool_calls"):
+            out += [m.content.strip() or "*(empty)*", ""]
+        for call in tool.get("tool_calls") or []:
+            function = call.get("function", call)
+            out += _details(f"Tool call: {function.get('name', '?')}",
+                            json.dumps(function.get("arguments", {}), ensure_ascii=False, indent=2), "json")
         if m.role == "assistant" and _stats_line(m):
             out += [f"*{_stats_line(m)}*", ""]
     return "\n".join(out)

@@ -75,6 +75,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE conversations ADD COLUMN settings_json TEXT NOT NULL DEFAULT '{}'",
         "CREATE INDEX conversations_by_update ON conversations(updated_at DESC, id DESC)",
     ),
+    # 2 -> 3: tool calling: a reply's tool_calls, a tool result's tool_call_id and name (JSON)
+    (
+        "ALTER TABLE messages ADD COLUMN tool_json TEXT",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -339,7 +343,8 @@ class ChatStore:
                 completion_tokens=r["completion_tokens"], reasoning_tokens=r["reasoning_tokens"],
                 ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"],
                 stats=json.loads(r["stats_json"]) if r["stats_json"] else None,
-                created_at=r["created_at"], finished_at=r["finished_at"])
+                created_at=r["created_at"], finished_at=r["finished_at"],
+                tool=json.loads(r["tool_json"]) if r["tool_json"] else None)
             for r in self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conv_id,))
         ]
         return Conversation(self._info(rows[0]), messages)
@@ -423,8 +428,9 @@ class ChatStore:
                 conn.execute(
                     "INSERT INTO messages (conversation_id, role, content, reasoning, prompt_tokens,"
                     " completion_tokens, reasoning_tokens, ttft_s, tokens_per_s, finish_reason, stats_json,"
-                    " created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " created_at, finished_at, tool_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (conv_id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason,
-                     json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at))
+                     json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at,
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None))
             return conv_id

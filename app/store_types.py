@@ -54,6 +54,8 @@ class StoredMessage:
     stats: dict | None = None
     created_at: float = 0.0
     finished_at: float | None = None
+    #: tool calling, as the template takes it: ``tool_calls`` (a reply), ``tool_call_id`` and ``name`` (a result)
+    tool: dict | None = None
 
     def to_chat_message(self) -> Any:
         """This message as an :class:`app.session.ChatMessage` (for ``ChatSession.load_messages``)."""
@@ -67,8 +69,10 @@ class StoredMessage:
                 stats = TurnStats(**known)
             except TypeError:  # a stats dict from another version lacks required fields
                 stats = None
+        tool = self.tool or {}
         return ChatMessage(role=self.role, content=self.content, reasoning=self.reasoning,
-                           stats=stats, finish_reason=self.finish_reason)
+                           stats=stats, finish_reason=self.finish_reason, tool_calls=tool.get("tool_calls"),
+                           tool_call_id=tool.get("tool_call_id"), name=tool.get("name"))
 
 
 @dataclass
@@ -113,4 +117,16 @@ def message_columns(message: Any, finish_reason: str | None) -> dict:
         "reasoning_tokens": get("reasoning_tokens"), "ttft_s": get("ttft_s"),
         "tokens_per_s": get("tokens_per_s"), "finish_reason": reason,
         "stats_json": json.dumps(stats) if stats is not None else None,
+        "tool_json": tool_json(message),
     }
+
+
+#: message attributes of tool calling kept in ``tool_json``
+TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")
+
+
+def tool_json(message: Any) -> str | None:
+    """A message's tool-calling fields as JSON (None for a message without any)."""
+    fields = {k: getattr(message, k, None) for k in TOOL_FIELDS}
+    fields = {k: v for k, v in fields.items() if v}
+    return json.dumps(fields, ensure_ascii=False) if fields else None
