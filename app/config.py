@@ -80,6 +80,13 @@ SCHEMA: dict[str, Setting] = {
     "tools.result_tokens": Setting("integer", minimum=16),
     "tools.call_timeout_s": Setting("number", minimum=0.1),
     "ui.theme": _S,
+    "server.url": _S,
+    "server.kind": Setting("string", ("auto", "llamacpp", "vllm", "sglang")),
+    "server.api_key": _S,
+    "server.trust_vocab": _B,
+    "server.connect_timeout": Setting("number", minimum=0.1),
+    "server.first_token_timeout": Setting("number", minimum=0.1),
+    "server.idle_timeout": Setting("number", minimum=0.1),
     **{f"keys.{action}": _S for action in KEY_ACTIONS},
 }
 
@@ -98,6 +105,8 @@ FLAG_SETTINGS: dict[str, str] = {
     "repeat_last_n": "sampling.repeat_last_n", "max_tokens": "sampling.max_tokens", "seed": "sampling.seed", "history": "history.enabled",
     "tools": "tools.enabled",
     "theme": "ui.theme",
+    "server": "server.url", "server_kind": "server.kind", "api_key": "server.api_key",
+    "trust_server_vocab": "server.trust_vocab",
 }
 
 
@@ -211,6 +220,8 @@ class Settings:
     files: list[Path] = field(default_factory=list)
     #: the user's free-form tables (see _OWN_TABLES) as parsed, with the file they came from
     own_tables: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: ``[servers.NAME]`` presets from the user's config.toml (see :mod:`app.server_config`)
+    server_presets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = True) -> Settings:
@@ -224,17 +235,22 @@ def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = 
     files = [DEFAULTS_PATH]
     user: dict[str, Any] = {}
     own: dict[str, tuple[str, Any]] = {}
+    server_presets: dict[str, dict[str, Any]] = {}
     user_path = user_config_path()
     if user_path.is_file():
-        table = read_toml(user_path)
+        from app.server_config import split_server_presets
+
+        table, server_presets = split_server_presets(read_toml(user_path), str(user_path))
         user = flatten(str(user_path), table)
         own = {name: (str(user_path), table[name]) for name in _OWN_TABLES if name in table}
         files.append(user_path)
     flags = flag_values(args)
     model = flags.get("model.default", (None, user.get("model.default", values["model.default"])))[1]
+    server = flags.get("server.url", (None, user.get("server.url", values["server.url"])))[1]
 
-    settings = Settings(values, sources, files=files, own_tables=own)
-    if use_preset:
+    settings = Settings(values, sources, files=files, own_tables=own, server_presets=server_presets)
+    # a server with no --model: the tokenizer comes from the server, so no local preset applies
+    if use_preset and not (server and not model):
         found = match_model(model or None)
         settings.preset, settings.model_path, settings.preset_note = found.preset, found.path, found.note
         settings.model_meta = found.meta
@@ -258,8 +274,9 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         min_p=v["sampling.min_p"], repeat_penalty=v["sampling.repeat_penalty"],
         repeat_last_n=v["sampling.repeat_last_n"],
         max_tokens=v["sampling.max_tokens"], seed=None if v["sampling.seed"] < 0 else v["sampling.seed"])
+    server = _server_options(settings)
     return ChatOptions(
-        model=v["model.default"] or None,
+        model=server.pop("model", None) or v["model.default"] or None,
         prompt=getattr(args, "prompt", None),
         system=v["chat.system_prompt"],
         template=v["chat.template"],
@@ -281,6 +298,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         attach=[Path(p) for p in (getattr(args, "attach", None) or [])],
         attach_limits=AttachLimits(v["attach.max_bytes"], v["attach.max_tokens"], v["attach.max_files"]),
         tools=_tool_settings(settings, args),
+        **server,
     )
 
 
@@ -288,6 +306,18 @@ def _tool_settings(settings: Settings, args: argparse.Namespace | None) -> Any:
     from app.tools.settings import tool_settings
 
     return tool_settings(settings, approve_all=bool(getattr(args, "approve_tools", False)))
+
+
+def _server_options(settings: Settings) -> dict[str, Any]:
+    """ChatOptions' ``server`` (and a preset's ``model``), see :mod:`app.server_config`."""
+    from app.server_config import remote_settings, server_values
+
+    server, preset_model = server_values(settings.values, settings.sources, settings.server_presets)
+    remote = remote_settings(server, settings.sources.get("server.api_key", "").startswith("--"))
+    extra: dict[str, Any] = {"server": remote}
+    if remote is not None and preset_model and not settings.values["model.default"]:
+        extra["model"] = preset_model
+    return extra
 
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:

@@ -37,6 +37,14 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
     from app.model_resolution import resolve_model
     from templates import resolve_template
 
+    if options.server is not None and backend is None:
+        from app.remote_chat import open_remote
+
+        tokenizer, template, notice, backend, _ = open_remote(options)
+        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
+                              sampling=options.sampling, context_size=backend.info.context_size,
+                              enable_thinking=options.think)
+        return session, ([notice] if notice else []) + backend.info.notes
     path = resolve_model(options.model)
     header = take_header(path, options)
     tokenizer = load_chat_tokenizer(path, header)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import SamplingParams
+from backends.remote import RemoteSettings
 
 
 @dataclass
@@ -56,3 +57,6 @@ class ChatOptions:
     attach_limits: Any = None
     #: tool calling (see app.tools.settings.ToolSettings): which MCP servers' tools, approval, limits
     tools: Any = None
+    #: generate on this inference server instead of a local engine (``--server``); None: local.
+    #: ``model`` then names only the tokenizer and template (None: what the server serves)
+    server: RemoteSettings | None = None

@@ -61,6 +61,8 @@ class TurnStats:
     tool_call_tokens: int = 0  # of completion_tokens, those inside tool-call markup
     tool_result_tokens: int = 0  # tokens of the tool results sent back to the model
     model_steps: int = 1  # generations in this turn (1 + one per round of tool results)
+    #: False when a remote server's own count disagreed with the ids received (see backends.remote)
+    verified: bool = True
 
 
 @dataclass
@@ -117,6 +119,7 @@ class _Turn:
     flushed: bool = False
     decoder: Any = None
     think: ThinkFilter | None = None
+    verified: bool = True  # every generation of this turn matched the backend's own count
 
 
 class ChatSession:
@@ -310,6 +313,8 @@ class ChatSession:
                     turn.finish = "length" if len(turn.reply_ids) >= sampling.max_tokens else "stop"
         finally:
             ids.close()
+            # a remote backend checks the ids it passed on against the server's count (backends.remote)
+            turn.verified = turn.verified and bool(getattr(self.backend, "last_turn_verified", True))
         if not turn.finish:
             return  # cancelled: the finally in _turn marks it and keeps the held-back text
         turn.ended = True
@@ -357,6 +362,7 @@ class ChatSession:
             context_used=n_prompt + n_reply, context_limit=self.context_size, finish_reason=finish,
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
             backend=info.backend, device=info.device,
+            verified=turn.verified,
         )
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:

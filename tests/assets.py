@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,8 @@ class Asset:
     folder_prefix: str = ""
     sdist: bool = False
     extra_files: tuple[str, ...] = field(default=())
+    #: for build assets: the cmake targets compiled from the sdist's vendor/llama.cpp
+    build_targets: tuple[str, ...] = ()
 
 
 ASSETS: dict[str, Asset] = {
@@ -113,6 +116,16 @@ ASSETS: dict[str, Asset] = {
             members=(),
             folder_prefix="vendor/llama.cpp/models/",
             sdist=True,
+        ),
+        Asset(
+            # the remote backend's tests talk to a real llama-server, and to one split
+            # across two ggml RPC workers; built from the same llama.cpp as our bindings
+            name="llama-server",
+            requirements=("llama-cpp-python==0.3.36",),
+            members=(),
+            folder_prefix="vendor/llama.cpp/",
+            sdist=True,
+            build_targets=("llama-server", "ggml-rpc-server"),
         ),
     ]
 }
@@ -183,6 +196,83 @@ def _fetch_file_asset(asset: Asset, workdir: Path) -> None:
     partial.replace(target)
 
 
+#: the cmake options that keep the llama-server build small: no tests, examples, web
+#: UI (its assets would be downloaded), TLS or shared libraries; RPC on for --rpc
+_LLAMA_SERVER_CMAKE_OPTIONS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_RPC=ON",
+)
+
+
+#: tarfile's safe extraction filter where this Python has it (3.10.12+, 3.11.4+)
+_EXTRACT_OPTIONS: dict = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
+
+def _run_quietly(cmd: list[str], env: dict[str, str]) -> None:
+    """Run a build step; its output is shown only when it fails (ninja reports errors on stdout)."""
+    done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-6000:])
+        raise RuntimeError(f"build step failed ({done.returncode}): {' '.join(cmd[:4])} ...")
+
+
+def _build_tool(name: str) -> str:
+    """cmake/ninja from the venv (the ``test`` extras), else from PATH."""
+    local = Path(sys.executable).parent / name
+    found = str(local) if local.exists() else shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found; install it with: pip install {name}")
+    return found
+
+
+def _build_from_sdist(asset: Asset, workdir: Path) -> None:
+    """Compile ``asset.build_targets`` from the sdist's llama.cpp into ``cache/NAME/``.
+
+    Only the targets' own dependencies are compiled (``--target``), with ninja on
+    every core; the sources and build tree are thrown away, the binaries kept.
+    """
+    (archive,) = _download(asset.requirements, workdir, sdist=True)
+    src = workdir / "src"
+    with tarfile.open(archive) as tf:
+        for member in tf.getmembers():
+            parts = member.name.split("/", 1)
+            if len(parts) < 2 or not parts[1].startswith(asset.folder_prefix):
+                continue
+            rel = parts[1][len(asset.folder_prefix):]
+            if not rel or rel.startswith("models/"):
+                continue  # the vocab GGUFs are the llama.cpp-models asset
+            member.name = rel
+            tf.extract(member, src, **_EXTRACT_OPTIONS)
+    build = workdir / "build"
+    jobs = str(os.cpu_count() or 2)
+    print(
+        f"building {', '.join(asset.build_targets)} from {archive.name} with cmake + ninja "
+        f"-j{jobs} (once; roughly 10 to 15 min on 2 cores) ...",
+        flush=True,
+    )
+    started = time.monotonic()
+    cmake = _build_tool("cmake")
+    env = dict(os.environ, PATH=f"{Path(_build_tool('ninja')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    _run_quietly(
+        [cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", *_LLAMA_SERVER_CMAKE_OPTIONS], env
+    )
+    _run_quietly([cmake, "--build", str(build), "-j", jobs, "--target", *asset.build_targets], env)
+    target = cache_dir() / asset.name
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for exe in asset.build_targets:
+        shutil.copy2(build / "bin" / exe, target / exe)
+    print(f"built {asset.name} in {time.monotonic() - started:.0f} s", flush=True)
+
+
 def _fetch_sdist_folder(asset: Asset, workdir: Path) -> None:
     (archive,) = _download(asset.requirements, workdir, sdist=True)
     target = cache_dir() / asset.name
@@ -215,7 +305,9 @@ def fetch(name: str) -> Path:
     cache_dir().mkdir(parents=True, exist_ok=True)
     print(f"fetching test asset {name} ...", flush=True)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-        if asset.sdist:
+        if asset.build_targets:
+            _build_from_sdist(asset, Path(tmp))
+        elif asset.sdist:
             _fetch_sdist_folder(asset, Path(tmp))
         else:
             _fetch_file_asset(asset, Path(tmp))

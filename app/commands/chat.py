@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--theme", help="Textual theme for the TUI")
     add("--offline", action="store_true", default=None,
         help="never contact the Hugging Face Hub: hf: models come from the cache (same as HF_HUB_OFFLINE=1)")
+    add("--server", metavar="URL|NAME", help="generate on an inference server (llama-server, vLLM, SGLang): "
+        "http(s)://HOST:PORT or a [servers.NAME] preset; --model then gives only the tokenizer")
+    add("--server-kind", choices=["auto", "llamacpp", "vllm", "sglang"],
+        help="the server's protocol (default auto: detected from its endpoints)")
+    add("--api-key", help="the server's API key, sent as a bearer token (or set TOKCHAT_API_KEY)")
+    add("--trust-server-vocab", action="store_true", default=None,
+        help="skip the check that the server's token ids are ours")
 
 
 def run(args: argparse.Namespace) -> int:

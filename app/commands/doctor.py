@@ -13,10 +13,24 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--server", metavar="URL", help="check an inference server instead: reachability, kind, "
+                        "model, context and whether its token ids are ours")
+    parser.add_argument("--server-kind", choices=["auto", "llamacpp", "vllm", "sglang"], default="auto")
+    parser.add_argument("--api-key", help="the server's API key (or set TOKCHAT_API_KEY)")
+    parser.add_argument("--model", "-m", help="our tokenizer for the id check (default: what the server serves)")
 
 
 def run(args: argparse.Namespace) -> int:
     from backends.detect import detect
+
+    if getattr(args, "server", None):
+        from app.remote_doctor import run_server_doctor
+        from app.server_config import remote_settings
+
+        settings = remote_settings({"url": args.server, "kind": args.server_kind, "api_key": args.api_key},
+                                   api_key_from_flag=bool(args.api_key))
+        assert settings is not None
+        return run_server_doctor(settings, args.model, args.json)
 
     from tokenizer.accel import accel_status
 

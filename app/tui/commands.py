@@ -187,6 +187,20 @@ class CommandsMixin:
             return
         self.switch_model(arg)  # downloads first when arg names the hub and is not cached
 
+    async def cmd_server(self, arg: str) -> None:
+        from dataclasses import replace
+
+        from app.server_config import server_for_command
+
+        if self.generating:
+            raise SlashError("/server has to wait until the reply finishes (Esc stops it)")
+        try:
+            server, model = server_for_command(arg, self.options.server)
+        except ValueError as exc:
+            raise SlashError(str(exc)) from None
+        self.options = replace(self.options, server=server, model=model or self.options.model)
+        self.start_load()
+
     async def cmd_history(self, arg: str) -> None:
         self.action_toggle_history()
 

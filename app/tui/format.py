@@ -32,6 +32,8 @@ def stats_line(stats: Any) -> str:
         f"{stats.tokens_per_s:.1f} tok/s",
         stats.finish_reason,
     ]
+    if not getattr(stats, "verified", True):
+        parts.append("unverified: the server's count differs")
     if getattr(stats, "dropped_turns", 0):
         parts.append(f"dropped {stats.dropped_turns} old turn(s)")
     return " · ".join(parts)

@@ -69,6 +69,12 @@ def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     from app.model_resolution import resolve_model
     from backends import LoadOptions, open_backend
 
+    if options.server is not None:
+        from app.remote_chat import open_remote
+
+        tokenizer, template, notice, backend, path = open_remote(options, progress)
+        session = _session(tokenizer, template, backend, options, backend.info.context_size)
+        return LoadedChat(session, tokenizer, template, backend, path, backend.info.context_size, notice)
     progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
     path = Path(resolve_model(options.model))
     header = take_header(path, options)

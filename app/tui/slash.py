@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("", "totals for this conversation"),
     "model": ("[PATH|hf:REF]", "open another model: none opens the picker; hf:ORG/REPO:QUANT or a preset "
               "name downloads it first"),
+    "server": ("URL|NAME|off", "generate on an inference server (llama-server, vLLM, SGLang), or back to local"),
     "history": ("", "show or hide the history sidebar"),
     "attach": ("PATH|clear", "attach a text file (or a directory's files) to the next message; "
                "@path in a message does it too"),

@@ -1,0 +1,357 @@
+"""The remote backend: our prompt ids to an inference server over HTTP, its ids back.
+
+The same contract as the local engines (:class:`backends.base.Backend`): ids in, ids
+out, no text.  One adapter per server kind (:mod:`backends.remote_llamacpp`,
+:mod:`backends.remote_vllm`, :mod:`backends.remote_sglang`) knows the JSON; this
+module owns the connection (one ``httpx.Client`` per server, streamed server-sent
+events read with ``httpx-sse``), the timeouts, the faults and the accounting.
+
+* **Streaming and cancel.**  A reader thread reads the event stream and queues the ids;
+  :meth:`RemoteBackend.generate` yields them.  Cancelling, one of our stop ids, the
+  ``max_tokens`` limit or a timeout shuts the socket down under the reader, which closes
+  the connection: every one of these servers stops generating when its client goes.
+* **Timeouts.**  ``connect_timeout_s`` to reach the server, ``first_token_timeout_s`` for
+  the first id (a big prompt on a busy server takes a while), ``idle_timeout_s`` between
+  ids.  Each ends the turn with one line; the partial reply is kept by the session.
+* **Exact accounting.**  Every turn compares the ids received with the server's own count
+  (``tokens_predicted``, ``usage.completion_tokens``, ``meta_info.completion_tokens``)
+  and our prompt length with the server's; ``last_turn_verified`` is False when they
+  differ or when an id could not be recovered, and the session marks that turn's counts
+  "unverified".  ``last_prompt_evaluated`` is the server's number (``timings.prompt_n``,
+  prompt minus ``cached_tokens``).
+
+Not handled here: choosing the tokenizer and checking the vocabulary at connect
+(:mod:`backends.remote_connect`), TLS client certificates, HTTP/2 (httpx can, once the
+``h2`` package is installed).
+"""
+from __future__ import annotations
+
+import json
+import queue
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Collection, Iterator, Sequence
+
+from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
+from backends.remote_protocol import Adapter, Request, ServerCounts, ServerInfo, error_message
+
+#: how often the consumer re-checks cancel and its deadlines, in seconds
+_POLL_S = 0.05
+
+
+@dataclass
+class RemoteSettings:
+    """Where the server is and how patient to be with it."""
+
+    url: str
+    kind: str = "auto"  # auto | llamacpp | vllm | sglang
+    api_key: str | None = None
+    connect_timeout_s: float = 10.0
+    first_token_timeout_s: float = 300.0
+    idle_timeout_s: float = 60.0
+    verify_tls: bool = True
+    #: skip the vocabulary check at connect (the ids may then mean other text on the server)
+    trust_server_vocab: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _http_error(response: Any, url: str) -> BackendError:
+    """One line for an HTTP error status, with the server's own message."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    message = error_message(body) or response.reason_phrase or "no message"
+    status = response.status_code
+    if status in (401, 403):
+        return BackendError(
+            f"the server at {url} refused the request ({status}: {message}): "
+            "pass its API key with --api-key or TOKCHAT_API_KEY"
+        )
+    if status == 404:
+        return BackendError(f"the server at {url} has no {response.request.url.path} ({message}): "
+                            "is it the kind of server --server-kind says?")
+    if status == 503:
+        return BackendError(f"the server at {url} is not ready (503: {message}); try again when it is")
+    return BackendError(f"the server at {url} answered {status}: {message}")
+
+
+def _transport_error(exc: Exception, url: str, *, streaming: bool) -> BackendError:
+    import httpx
+
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return BackendError(f"cannot reach the server at {url} ({exc}): is it running? (--server URL)")
+    if isinstance(exc, httpx.TimeoutException):
+        return BackendError(f"the server at {url} did not answer in time ({type(exc).__name__})")
+    if streaming:
+        return BackendError(f"the connection to {url} broke mid-reply ({type(exc).__name__}: {exc}); "
+                            "the server may have stopped")
+    return BackendError(f"the connection to {url} failed ({type(exc).__name__}: {exc})")
+
+
+class _Stream:
+    """One turn's HTTP stream read on its own thread; :meth:`abort` ends it from any thread."""
+
+    def __init__(self, backend: "RemoteBackend", request: Request, parser: Any) -> None:
+        self.events: queue.Queue = queue.Queue()  # ("ids", ids, server_count) | ("error", exc) | ("end", None)
+        self._backend = backend
+        self._request = request
+        self.parser = parser
+        self._aborted = threading.Event()
+        self._response: Any = None
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="tokchat-remote-stream", daemon=True)
+
+    def _run(self) -> None:
+        import httpx
+        from httpx_sse import EventSource, SSEError
+
+        backend = self._backend
+        try:
+            with backend.client.stream(self._request.method, self._request.path, json=self._request.body) as resp:
+                with self._lock:
+                    self._response = resp
+                if self._aborted.is_set():
+                    return
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise _http_error(resp, backend.settings.url)
+                for sse in EventSource(resp).iter_sse():
+                    if self._aborted.is_set():
+                        return
+                    data = sse.data.strip()
+                    if not data:
+                        continue  # a keep-alive ping
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if isinstance(event, dict) and "error" in event:
+                        raise BackendError(f"the server at {backend.settings.url} failed mid-reply: "
+                                           f"{error_message(event)}")
+                    ids = self.parser.feed(event)
+                    self.events.put(("ids", ids, self.parser.counts.completion_tokens))
+                    # read on after the finish event: vLLM's last chunk carries the usage
+        except BackendError as exc:
+            self.events.put(("error", exc))
+        except SSEError as exc:
+            self.events.put(("error", BackendError(
+                f"the server at {backend.settings.url} did not answer with an event stream ({exc})")))
+        except json.JSONDecodeError as exc:
+            self.events.put(("error", BackendError(
+                f"the server at {backend.settings.url} sent an event that is not JSON ({exc.msg})")))
+        except (httpx.HTTPError, OSError) as exc:
+            if not self._aborted.is_set():
+                self.events.put(("error", _transport_error(exc, backend.settings.url, streaming=True)))
+        finally:
+            self.events.put(("end", None))
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def abort(self) -> None:
+        """Close the connection under the reader (the server then stops generating)."""
+        self._aborted.set()
+        with self._lock:
+            response = self._response
+        if response is None:
+            return
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the server: nothing left to stop
+
+
+class RemoteBackend:
+    """A model served by llama-server, vLLM or SGLang; see the module docstring."""
+
+    def __init__(self, settings: RemoteSettings, adapter: Adapter) -> None:
+        import httpx
+
+        self.settings = settings
+        self.adapter = adapter
+        headers = dict(settings.headers)
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key}"
+        patience = max(settings.first_token_timeout_s, settings.idle_timeout_s) + 5.0
+        self.client = httpx.Client(
+            base_url=settings.url.rstrip("/"), headers=headers, verify=settings.verify_tls,
+            timeout=httpx.Timeout(connect=settings.connect_timeout_s, read=patience, write=30.0, pool=30.0),
+        )
+        self.server: ServerInfo | None = None
+        self.info = BackendInfo(backend="remote", device=adapter.kind, model_name="", quantization="",
+                                context_size=0)
+        self.last_prompt_evaluated = 0
+        #: the server's own numbers for the last turn
+        self.last_counts = ServerCounts()
+        #: False when the last turn's ids and the server's count disagree (see the module docstring)
+        self.last_turn_verified = True
+        self.last_turn_note = ""
+        self._stream: _Stream | None = None
+        self._cancel = threading.Event()
+
+    # -- plain requests ---------------------------------------------------------------------
+
+    def request_json(self, request: Request, *, allow_missing: bool = False) -> Any:
+        """Send one non-streamed request; its JSON, or None for a 404 when ``allow_missing``."""
+        import httpx
+
+        try:
+            resp = self.client.request(request.method, request.path, json=request.body)
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, self.settings.url, streaming=False) from exc
+        if allow_missing and resp.status_code in (404, 405):
+            return None
+        if resp.status_code >= 400:
+            raise _http_error(resp, self.settings.url)
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise BackendError(f"the server at {self.settings.url} answered {request.path} "
+                               "with something that is not JSON") from exc
+
+    def describe(self) -> ServerInfo:
+        """Ask the server what it is and serves (its info endpoints); sets ``info``."""
+        replies = {r.path: self.request_json(r, allow_missing=True) for r in self.adapter.info_requests()}
+        server = self.adapter.server_info(self.settings.url, replies)
+        self.server = server
+        from urllib.parse import urlsplit
+
+        self.info = BackendInfo(
+            backend="remote", device=f"{server.kind} at {urlsplit(server.url).netloc}",
+            model_name=Path(server.model).name or server.model, quantization="served",
+            context_size=int(server.context_size or 0),
+            notes=[f"remote: {server.kind} {server.version} at {server.url}".replace("  ", " ")],
+        )
+        return server
+
+    def tokenize(self, text: str) -> list[int]:
+        """The server's own ids for ``text`` (special tokens parsed, nothing added)."""
+        return self.adapter.tokenized_ids(self.request_json(self.adapter.tokenize(text)))
+
+    # -- the Backend protocol ---------------------------------------------------------------
+
+    def load(self, model_path: Path, options: LoadOptions) -> None:
+        """Nothing to load: the server holds the weights.  ``n_ctx`` may only narrow its context."""
+        if options.n_ctx and self.info.context_size and options.n_ctx < self.info.context_size:
+            self.info.context_size = options.n_ctx
+
+    def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
+    ) -> Iterator[int]:
+        prompt = checked_prompt(prompt_ids, self.info.context_size or 1 << 30)
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+        self._cancel.clear()
+        return self._turn(prompt, sampling, frozenset(stop_ids), seed)
+
+    def _turn(self, prompt: list[int], sampling: SamplingParams, stops: frozenset[int], seed: int) -> Iterator[int]:
+        parser = self.adapter.parser(prompt)
+        stream = _Stream(self, self.adapter.completion(prompt, sampling, stops, seed), parser)
+        self._stream = stream
+        self.last_counts = parser.counts
+        self.last_turn_verified, self.last_turn_note = True, ""
+        received: list[int] = []
+        expected: int | None = None  # the server's count at the last id we passed on
+        ended = False  # the server finished the reply (as opposed to us stopping it)
+        stopped = False
+        started = last = time.monotonic()
+        stream.start()
+        try:
+            while not stopped:
+                if self._cancel.is_set():
+                    return
+                try:
+                    item = stream.events.get(timeout=_POLL_S)
+                except queue.Empty:
+                    waited = time.monotonic() - last
+                    limit = self.settings.idle_timeout_s if received else self.settings.first_token_timeout_s
+                    if waited > limit:
+                        what = "the next token" if received else "the first token"
+                        raise BackendError(f"the server at {self.settings.url} sent nothing for {waited:.0f} s "
+                                           f"while tokchat waited for {what}; the reply so far is kept")
+                    continue
+                if item[0] == "end":
+                    ended = True
+                    break
+                if item[0] == "error":
+                    raise item[1]
+                ids, count = item[1], item[2]
+                last = time.monotonic()
+                for n, token in enumerate(ids):
+                    if count is not None:
+                        expected = count - (len(ids) - n - 1)  # the server's count up to this id
+                    received.append(token)
+                    yield token  # the consumer may close us here: the accounting is already right
+                    if token in stops or len(received) >= sampling.max_tokens or self._cancel.is_set():
+                        stopped = True
+                        break
+                if not ids and count is not None:
+                    expected = count
+            if ended and parser.finished():
+                expected = parser.counts.completion_tokens
+                yield from self._recover_tail(prompt, sampling, seed, received)
+            elif ended:
+                raise BackendError(f"the server at {self.settings.url} closed the stream before the reply "
+                                   "finished; the reply so far is kept")
+        finally:
+            stream.abort()
+            self._account(prompt, received, expected, parser, started)
+
+    def _recover_tail(self, prompt: list[int], sampling: SamplingParams, seed: int,
+                      received: list[int]) -> Iterator[int]:
+        """Ids the server generated but the stream never carried (a reply ending mid-character).
+
+        Only llama-server holds ids back (see :mod:`backends.remote_llamacpp`); its
+        non-streamed ``return_tokens`` answer for the same seeded turn has them all.
+        They are used only when that answer starts with the ids already shown.
+        """
+        total = self.last_counts.completion_tokens
+        recovery = getattr(self.adapter, "recovery", None)
+        if total is None or total <= len(received) or recovery is None:
+            return
+        body = self.request_json(recovery(prompt, sampling, seed, total))
+        ids = self.adapter.recovered_ids(body)  # type: ignore[attr-defined]
+        if len(ids) != total or ids[: len(received)] != received:
+            return  # the accounting marks the turn unverified
+        tail = ids[len(received):]
+        self.last_turn_note = f"{len(tail)} id(s) the stream held back were fetched again without streaming"
+        for token in tail:
+            received.append(token)
+            yield token
+
+    def _account(self, prompt: list[int], received: list[int], expected: int | None, parser: Any,
+                 started: float) -> None:
+        counts = parser.counts
+        if counts.evaluated_tokens is not None:
+            self.last_prompt_evaluated = counts.evaluated_tokens
+        elif counts.cached_tokens is not None:
+            self.last_prompt_evaluated = len(prompt) - counts.cached_tokens
+        else:
+            self.last_prompt_evaluated = len(prompt)
+        problems = []
+        if expected is not None and expected != len(received):
+            problems.append(f"the server counted {expected} generated ids, tokchat received {len(received)}")
+        if counts.prompt_tokens is not None and counts.prompt_tokens != len(prompt):
+            problems.append(f"the server counted {counts.prompt_tokens} prompt ids, tokchat sent {len(prompt)}")
+        if parser.unrecovered:
+            problems.append(f"{parser.unrecovered} id(s) held back by the stream could not be recovered exactly")
+        if received and expected is None:
+            problems.append("the server reported no count to check against")
+        if problems:
+            self.last_turn_verified = False
+            self.last_turn_note = "; ".join(problems)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        if self._stream is not None:
+            self._stream.abort()
+
+    def close(self) -> None:
+        self.cancel()
+        self.client.close()

@@ -1,0 +1,189 @@
+"""Connecting to a server: is it there, which kind, what it serves, and are our ids its ids.
+
+:func:`connect` returns a :class:`backends.remote.RemoteBackend` ready to generate, or
+raises one :class:`backends.base.BackendError` line.  In order:
+
+1. ``GET /health`` (all three servers have it): reachable, and not still loading.
+2. The kind: ``--server-kind``, else detected from the server's own endpoints:
+   ``/props`` with ``build_info`` is llama-server, ``/get_model_info`` is SGLang,
+   ``/version`` is vLLM.
+3. What it serves (:meth:`RemoteBackend.describe`): model, context size, vocabulary size.
+4. The vocabulary check: a probe text with special tokens, emoji, CJK, digits and
+   whitespace goes through the server's ``/tokenize`` and through our tokenizer; the ids
+   must be equal, and so must ``n_vocab`` where the server reports it.  A mismatch
+   refuses to connect (unless ``trust_server_vocab``): token ids mean nothing across
+   vocabularies, so a chat would be silent nonsense, not an error.
+
+:func:`server_tokenizer_source` finds our tokenizer for what the server serves when the
+user gave no ``--model``: the same file on this machine, or the Hugging Face cache.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from backends.base import BackendError
+from backends.remote import RemoteBackend, RemoteSettings, _http_error, _transport_error
+from backends.remote_protocol import SERVER_KINDS, Adapter, ServerInfo
+
+#: the probe's fixed part; the tokenizer's own special tokens are added around it
+PROBE_TEXT = ("Hello, world! The year 2025 has 365 days; 1234567 + 89 = 1234656.\n"
+              "Emoji 🙂👍🏽🇯🇵, CJK 日本語のテキストと中文字符, accents café naïve Ünïcödé,\n\t  spaces   and\ttabs.")
+
+
+class VocabularyMismatch(BackendError):
+    """The server's token ids are not ours: refuse, unless the user trusts the server."""
+
+
+def make_adapter(kind: str, tokenizer: Any = None) -> Adapter:
+    """The adapter for ``kind``; llama-server's recovers held-back ids with ``tokenizer``."""
+    if kind == "llamacpp":
+        from backends.remote_llamacpp import HeldBackIds, LlamaCppAdapter
+
+        held = None
+        if tokenizer is not None:
+            held = HeldBackIds(tokenizer.token_bytes, tokenizer.vocab_size, tokenizer.is_special)
+        return LlamaCppAdapter(held_back=held)
+    if kind == "vllm":
+        from backends.remote_vllm import VLLMAdapter
+
+        return VLLMAdapter()
+    if kind == "sglang":
+        from backends.remote_sglang import SGLangAdapter
+
+        return SGLangAdapter()
+    raise BackendError(f"unknown server kind {kind!r}: use one of {', '.join(SERVER_KINDS)}")
+
+
+def _get(backend: RemoteBackend, path: str) -> Any:
+    import httpx
+
+    try:
+        return backend.client.get(path)
+    except httpx.HTTPError as exc:
+        raise _transport_error(exc, backend.settings.url, streaming=False) from exc
+
+
+def check_health(backend: RemoteBackend) -> None:
+    """Raise one line unless the server answers ``/health`` (200, or 404 for servers without it)."""
+    resp = _get(backend, "/health")
+    if resp.status_code >= 400 and resp.status_code != 404:
+        raise _http_error(resp, backend.settings.url)
+
+
+def detect_kind(backend: RemoteBackend) -> str:
+    """The server kind, from the endpoints only one of them has (see the module docstring)."""
+    for path, kind in (("/props", "llamacpp"), ("/get_model_info", "sglang"), ("/version", "vllm")):
+        resp = _get(backend, path)
+        if resp.status_code in (401, 403):
+            raise _http_error(resp, backend.settings.url)
+        if resp.status_code != 200:
+            continue
+        try:
+            body = resp.json()
+        except ValueError:
+            continue
+        if kind == "llamacpp" and not (isinstance(body, dict) and "build_info" in body):
+            continue
+        return kind
+    raise BackendError(f"the server at {backend.settings.url} looks like none of llama-server, vLLM or "
+                       "SGLang (no /props, /get_model_info or /version): pass --server-kind")
+
+
+def probe_text(tokenizer: Any) -> str:
+    """:data:`PROBE_TEXT` wrapped in the tokenizer's BOS/EOS texts: specials must match too."""
+    specials = [t for t in (tokenizer.bos_token, tokenizer.eos_token) if t]
+    return "".join(specials[:1]) + PROBE_TEXT + "".join(specials[1:])
+
+
+def check_vocabulary(backend: RemoteBackend, tokenizer: Any, source: str) -> None:
+    """Raise :class:`VocabularyMismatch` naming both sides when the ids differ."""
+    server = backend.server or ServerInfo(kind=backend.adapter.kind, url=backend.settings.url)
+    theirs = f"the server at {server.url} ({Path(server.model).name or server.model or 'its model'})"
+    ours = f"tokchat's tokenizer (from {source})"
+    fix = "pass --model with the model the server serves, or --trust-server-vocab to chat anyway"
+    if server.n_vocab and server.n_vocab != tokenizer.vocab_size:
+        raise VocabularyMismatch(f"vocabulary mismatch: {theirs} has {server.n_vocab} tokens, "
+                                 f"{ours} has {tokenizer.vocab_size}; {fix}")
+    text = probe_text(tokenizer)
+    expected = tokenizer.encode(text, special=True)
+    got = backend.tokenize(text)
+    if got != expected:
+        at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+        server_id = got[at] if at < len(got) else "nothing"
+        our_id = expected[at] if at < len(expected) else "nothing"
+        raise VocabularyMismatch(
+            f"vocabulary mismatch: {theirs} tokenizes the probe text into {len(got)} ids, {ours} into "
+            f"{len(expected)}; first difference at id #{at} (server {server_id}, tokchat {our_id}); {fix}")
+
+
+def server_tokenizer_source(server: ServerInfo) -> Path:
+    """A local tokenizer for what ``server`` serves: the same file here, or the HF cache."""
+    name = server.model
+    path = Path(name).expanduser() if name else None
+    if path is not None and path.is_file():
+        return path
+    repo = name.strip("/") if name else ""
+    if repo.count("/") == 1 and not Path(repo).is_absolute():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo, "tokenizer.json")
+        if isinstance(cached, str):
+            return Path(cached).parent
+        hint = (f"or fetch its tokenizer once: `hf download {repo} tokenizer.json tokenizer_config.json`")
+    else:
+        hint = "(copy the model's GGUF here; a vocab-only GGUF is enough)"
+    raise BackendError(
+        f"the server at {server.url} serves {name or 'a model it does not name'}, whose tokenizer tokchat "
+        f"cannot find here: pass --model PATH.gguf, --model DIR (with tokenizer.json) {hint}")
+
+
+def open_client(settings: RemoteSettings) -> RemoteBackend:
+    """A client for ``settings.url`` that reached ``/health``, with its adapter chosen."""
+    if not settings.url.startswith(("http://", "https://")):
+        raise BackendError(f"--server needs an http:// or https:// URL, not {settings.url!r}")
+    backend = RemoteBackend(settings, make_adapter(settings.kind if settings.kind != "auto" else "llamacpp"))
+    try:
+        check_health(backend)
+        kind = settings.kind if settings.kind != "auto" else detect_kind(backend)
+        backend.adapter = make_adapter(kind)
+        backend.describe()
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
+def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: int | None = None) -> RemoteBackend:
+    """Steps 3 and 4 of the module docstring on an :func:`open_client`; closes it on failure."""
+    settings = backend.settings
+    try:
+        backend.adapter = make_adapter(backend.adapter.kind, tokenizer)
+        backend.describe()
+        if backend.adapter.kind == "llamacpp" and backend.server and (backend.server.slots or 1) > 1:
+            import random
+
+            # one slot per conversation keeps its prompt cache; another client's picks another
+            backend.adapter.slot = random.randrange(backend.server.slots)  # type: ignore[attr-defined]
+        if settings.trust_server_vocab:
+            backend.info.notes.append("vocabulary check skipped (--trust-server-vocab)")
+        else:
+            check_vocabulary(backend, tokenizer, source)
+            backend.info.notes.append("vocabulary check passed: the server's ids are ours")
+        if n_ctx:
+            if backend.info.context_size and n_ctx > backend.info.context_size:
+                backend.info.notes.append(f"--ctx {n_ctx} is more than the server's {backend.info.context_size}; "
+                                          "using the server's")
+            else:
+                backend.info.context_size = n_ctx
+        if not backend.info.context_size:
+            raise BackendError(f"the server at {settings.url} does not say its context size: pass --ctx")
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
+def connect(settings: RemoteSettings, tokenizer: Any, source: str, n_ctx: int | None = None) -> RemoteBackend:
+    """The whole connect sequence (module docstring) for a chat with ``tokenizer``."""
+    return finish_connect(open_client(settings), tokenizer, source, n_ctx)

@@ -1,0 +1,60 @@
+"""The real app chatting through a real ``llama-server`` on loopback (``--server`` and ``/server``).
+
+What the window shows (the model bar, the stats line under each reply) must be the
+session's own accounting, which for a remote turn is checked against the server's count.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from tui_helpers import SIZE, send, wait_loaded, wait_reply
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
+from remote_servers import LlamaServer  # noqa: E402
+
+from app.options import ChatOptions  # noqa: E402
+from app.tui.app import ChatApp  # noqa: E402
+from app.tui.format import stats_line  # noqa: E402
+from app.tui.widgets.assistant_message import AssistantMessage  # noqa: E402
+from backends.base import SamplingParams  # noqa: E402
+from backends.remote import RemoteSettings  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def server(smollm_path, tmp_path):
+    started = LlamaServer(smollm_path, tmp_path).start()
+    yield started
+    started.stop()
+
+
+async def test_chat_through_the_server_shows_the_counts(server, store, smollm_path):
+    options = ChatOptions(model=str(smollm_path), server=RemoteSettings(url=server.url), theme="textual-dark",
+                          ctx=512,
+                          sampling=SamplingParams(temperature=0.0, max_tokens=12, seed=1))
+    app = ChatApp(options, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        assert app.chat is not None, app.query_one("ModelBar").text
+        bar = str(app.query_one("ModelBar").render())
+        assert "remote on llamacpp at 127.0.0.1" in bar and "smollm2.gguf" in bar and "ctx 512" in bar
+        for question in ("What is 2+2?", "And 3+3?"):
+            await send(pilot, question)
+            await wait_reply(pilot)
+            reply = app.query(AssistantMessage).last()
+            stats = app.session.messages[-1].stats
+            assert stats.verified and stats.backend == "remote" and stats.completion_tokens > 0
+            shown = str(reply.query_one(".stats").render())
+            assert shown == stats_line(stats) and "unverified" not in shown
+        # the second turn reused the server's cache: its numbers, on screen
+        counts = app.session.backend.last_counts
+        assert stats.new_prompt_tokens == counts.evaluated_tokens < stats.prompt_tokens
+
+        # /server off goes back to the local engine and the conversation goes on
+        await send(pilot, "/server off")
+        await wait_loaded(pilot)
+        assert "llama.cpp" in str(app.query_one("ModelBar").render())
+        assert len(app.session.messages) == 4
