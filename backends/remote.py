@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import queue
-import random
 import socket
 import threading
 import time
@@ -36,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt
+from backends.base import (
+    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, resolve_seed,
+)
 from backends.remote_protocol import Adapter, Request, ServerCounts, ServerInfo, error_message
 
 #: how often the consumer re-checks cancel and its deadlines, in seconds
@@ -246,7 +247,7 @@ class RemoteBackend:
         self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
     ) -> Iterator[int]:
         prompt = checked_prompt(prompt_ids, self.info.context_size or 1 << 30)
-        seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+        seed = resolve_seed(sampling)
         self._cancel.clear()
         return self._turn(prompt, sampling, frozenset(stop_ids), seed)
 

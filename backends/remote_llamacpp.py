@@ -44,7 +44,7 @@ def sampling_fields(sampling: SamplingParams, seed: int) -> dict[str, Any]:
         "top_p": sampling.top_p,
         "min_p": sampling.min_p,
         "repeat_penalty": sampling.repeat_penalty,
-        "repeat_last_n": 64,  # llama-cpp-python's last_n_tokens_size: the local backend's window
+        "repeat_last_n": sampling.repeat_last_n,  # prompt and reply, as SamplingParams defines it
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
         "typical_p": 1.0,
