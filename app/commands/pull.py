@@ -39,18 +39,33 @@ def _ref(value: str):
     return ref
 
 
-def print_listing(plan, out) -> None:
+def print_listing(choices, chosen, reason: str, out) -> None:
     """The repo's GGUFs (best quantization first), the chosen one marked, and why."""
     from app.hub import human_bytes
 
     rows = [("", "QUANT", "SIZE", "FILE")]
-    for gguf in plan.choices:
+    for gguf in choices:
         parts = f" (+{len(gguf.paths) - 1} parts)" if gguf.split else ""
-        rows.append(("*" if gguf is plan.gguf else "", gguf.quant or "?", human_bytes(gguf.size), gguf.path + parts))
+        rows.append(("*" if gguf is chosen else "", gguf.quant or "?", human_bytes(gguf.size), gguf.path + parts))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for row in rows:
         out.print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[3], markup=False)
-    out.print(f"* {plan.gguf.path}: {plan.reason}", markup=False)
+    if chosen is not None:
+        out.print(f"* {chosen.path}: {reason}", markup=False)
+
+
+def _list_cached(ref, settings, out) -> None:
+    """``--list`` offline: what the cache holds of the repo."""
+    from app.hub import HubError
+    from app.hub_cache import cached_ggufs, cached_model
+
+    ggufs, snapshot = cached_ggufs(settings.cache, ref.repo_id, ref.revision)
+    if not ggufs:
+        raise HubError(f"{ref}: offline, and the cache holds nothing of {ref.repo_id}")
+    found = cached_model(ref, settings.cache)
+    chosen = next((g for g in ggufs if found == snapshot / g.path), None)
+    print_listing(ggufs, chosen, "what --model would open", out)
+    out.print("(offline: only the files in the cache are listed)", markup=False)
 
 
 def download_with_bar(plan, console) -> Path:
@@ -133,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
     settings = hub_settings()
     cached = cached_model(ref, settings.cache)
     if args.list:
-        print_listing(plan_pull(ref, settings=settings), out)
+        if settings.offline:
+            _list_cached(ref, settings, out)
+            return 0
+        plan = plan_pull(ref, settings=settings)
+        print_listing(plan.choices, plan.gguf, plan.reason, out)
         return 0
     if settings.offline:
         path = resolve(args.ref)  # the cache, or one line saying it is not there

@@ -195,3 +195,8 @@ def test_a_preset_names_its_repo_and_quantization(standin, tmp_path, smollm_path
     assert again.returncode == 0
     (path,) = cache_file(tmp_path)
     assert again.stderr.strip() == f"hf:{REPO}:Q4_1: in the cache (offline): {path}"
+    cached = tokchat("pull", f"hf:{REPO}", "--list")
+    assert cached.returncode == 0, cached.stderr
+    assert cached.stdout.splitlines() == [
+        "   QUANT  SIZE     FILE", f"*  Q4_1   98.4 MB  {FILE}", f"* {FILE}: what --model would open",
+        "(offline: only the files in the cache are listed)"]
