@@ -10,6 +10,11 @@ every result is checked id for id against HF before it is timed.
 * Multilingual: sentences assembled (deterministically) from Qwen's own
   vocabulary in a dozen scripts, so no text file has to ship with tokchat.
 
+Further tables: the WordPiece and Unigram vocabularies (bge and nomic-embed
+GGUFs against llama.cpp, the all-MiniLM-L6-v2 and mon-tokenizer
+tokenizer.json files against HF), and the pure-Python path that a machine
+without a C compiler runs (``TOKCHAT_NO_ACCEL=1``) against HF.
+
 "cold" is the first encode after clearing every cache (a fresh HF tokenizer,
 our ``clear_cache()``); "warm" repeats it.  llama.cpp and tiktoken keep no
 cache.  Prints Markdown tables of MB/s and ratios to tokchat.  The machine is
@@ -118,6 +123,101 @@ def best_of(fn, repeats: int) -> float:
     return min(times)
 
 
+def merge_free_table(text: str, repeats: int) -> None:
+    """WordPiece and Unigram vocabularies: the GGUFs against llama.cpp, the tokenizer.json files against HF."""
+    import llama_cpp
+    from tokenizers import Tokenizer as HFTokenizer
+
+    print("\n## WordPiece and Unigram (English prose + Python code, cold, MB/s)\n")
+    print("| vocabulary | kind | tokchat | reference | reference MB/s | tokchat / reference | parity |")
+    print("|---|---|---|---|---|---|---|")
+    mb = len(text.encode("utf-8")) / 1e6
+    models = asset_path("llama.cpp-models")
+    for label, path in (("bge (bert-bge GGUF)", models / "ggml-vocab-bert-bge.gguf"),
+                        ("nomic-embed (nomic-bert-moe GGUF)", models / "ggml-vocab-nomic-bert-moe.gguf"),
+                        ("all-MiniLM-L6-v2 tokenizer.json", asset_path("minilm-l6-tokenizer.json")),
+                        ("mon-tokenizer tokenizer.json", asset_path("mon-unigram-tokenizer.json"))):
+        tok = load_tokenizer(path)
+        tok.encode("warm-up")
+        if path.suffix == ".gguf":
+            ref_name = "llama.cpp"
+            llama = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+            ref_ids = llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+            same = tok.encode(text) == ref_ids
+
+            def ref_run(llama=llama):
+                llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+            t_ref = best_of(ref_run, repeats)
+            llama.close()
+        else:
+            ref_name = "HF tokenizers"
+
+            def fresh(path=path):
+                hf = HFTokenizer.from_file(str(path))
+                hf.no_padding()
+                hf.no_truncation()
+                return hf
+
+            same = tok.encode(text, special=True) == fresh().encode(text, add_special_tokens=False).ids
+
+            def hf_cold(path=path):
+                hf = fresh()
+                t = time.perf_counter()
+                hf.encode(text, add_special_tokens=False)
+                return time.perf_counter() - t
+
+            t_ref = min(hf_cold() for _ in range(repeats))
+
+        def cold(tok=tok):
+            tok.clear_cache()
+            tok.encode(text, special=True)
+
+        t_ours = best_of(cold, repeats)
+        print(f"| {label} | {tok.kind} | {mb / t_ours:.2f} | {ref_name} | {mb / t_ref:.2f} | {t_ref / t_ours:.2f}x "
+              f"| {'100%' if same else 'DIFFERS'} |")
+
+
+def no_compiler_table(texts: dict[str, str], gguf: Path, json_path: Path, repeats: int) -> None:
+    """The pure-Python path (``TOKCHAT_NO_ACCEL=1``, what a machine without a C compiler runs) against HF."""
+    import os
+
+    from tokenizers import Tokenizer as HFTokenizer
+
+    os.environ["TOKCHAT_NO_ACCEL"] = "1"
+    try:
+        pure = load_tokenizer(gguf)
+        pure.encode("warm-up: builds the integer pair table, once per process")
+    finally:
+        del os.environ["TOKCHAT_NO_ACCEL"]
+    print("\n## Without a C compiler (TOKCHAT_NO_ACCEL=1; Qwen2.5 vocabulary, cold, MB/s)\n")
+    print("| text | tokchat pure Python | HF tokenizers | tokchat / HF | parity |")
+    print("|---|---|---|---|---|")
+    for name, text in texts.items():
+        mb = len(text.encode("utf-8")) / 1e6
+        hf_ids = HFTokenizer.from_file(str(json_path)).encode(text, add_special_tokens=False).ids
+        os.environ["TOKCHAT_NO_ACCEL"] = "1"
+        try:
+            same = pure.encode(text) == hf_ids
+
+            def cold():
+                pure.clear_cache()
+                pure.encode(text)
+
+            t_ours = best_of(cold, repeats)
+        finally:
+            del os.environ["TOKCHAT_NO_ACCEL"]
+
+        def hf_cold():
+            fresh = HFTokenizer.from_file(str(json_path))
+            t = time.perf_counter()
+            fresh.encode(text, add_special_tokens=False)
+            return time.perf_counter() - t
+
+        t_hf = min(hf_cold() for _ in range(repeats))
+        print(f"| {name} | {mb / t_ours:.2f} | {mb / t_hf:.2f} | {t_hf / t_ours:.2f}x | {'100%' if same else 'DIFFERS'} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller texts, fewer repeats")
@@ -211,6 +311,9 @@ def main() -> int:
         print(f"| {label} | {tok.kind} | {mb / t_ours:.2f} | {mb / t_ref:.2f} | {t_ref / t_ours:.2f}x "
               f"| {'100%' if same else 'DIFFERS'} |")
         ref.close()
+
+    merge_free_table(mixed, repeats)
+    no_compiler_table(texts, gguf, json_path, repeats)
 
     print(f"\nLoad (first tokenizer in the process, incl. one-time tables): tokchat {load_ours:.2f} s (GGUF), "
           f"HF {load_hf:.2f} s (tokenizer.json), llama.cpp {load_llama:.2f} s (GGUF, vocab only).")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
+from tokenizer.bytelevel import BYTE_TO_CHAR, to_byte_chars
+
 _BITS = 21
 _MASK = (1 << _BITS) - 1
 _NONE = 1 << 62
@@ -53,18 +55,30 @@ class IdMerger:
         self.sym = sym
         self.texts = texts
         self.pairs = pairs
+        #: byte-level vocabularies: byte value -> symbol id (-1: none), skipping the str byte map
+        self.byte_ids: list[int] | None = None
+        if prepare is to_byte_chars:
+            self.byte_ids = [sym.get(BYTE_TO_CHAR[b], -1) for b in range(256)]
 
     def encode(self, piece: str) -> list[int] | None:
-        symbols = self.prepare(piece)
-        if " " in symbols:
-            return None
-        sym = self.sym
-        try:
-            ids = [sym[c] for c in symbols]
-        except KeyError:
-            return None  # a character that is no symbol at all: the string path handles it
+        byte_ids = self.byte_ids
+        if byte_ids is not None:
+            ids = list(map(byte_ids.__getitem__, piece.encode("utf-8", "surrogatepass")))
+            if -1 in ids:
+                return None
+        else:
+            symbols = self.prepare(piece)
+            if " " in symbols:
+                return None
+            sym = self.sym
+            try:
+                ids = [sym[c] for c in symbols]
+            except KeyError:
+                return None  # a character that is no symbol at all: the string path handles it
         if len(ids) > 1:
             ids = self._merge_long(ids) if len(ids) > LONG_PIECE else self._merge_short(ids)
+        elif not ids:
+            return ids
         first_extra = self.first_extra
         if max(ids) < first_extra:
             return ids
@@ -97,24 +111,36 @@ class IdMerger:
                 return ids
 
     def _merge_long(self, ids: list[int]) -> list[int]:
-        """The same rule on a linked list with a lazy-deletion heap, O(n log n)."""
+        """The same rule on a linked list with a lazy-deletion heap, O(n log n).
+
+        Heap entries are plain ints, ``rank << 24 | left index`` (cheap to
+        compare); an entry is stale when the pair now at that index has
+        another rank, and ranks are unique per pair, so that check is exact.
+        """
         n = len(ids)
+        if n >= 1 << 24:
+            return self._merge_short(ids)
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prv = list(range(-1, n - 1))
         get = self.pairs.get
-        # heap entries: (packed rank/merged, left index, left id, right id); stale when the ids changed
         heap = []
         for i in range(n - 1):
             p = get(ids[i] << _BITS | ids[i + 1])
             if p is not None:
-                heap.append((p, i, ids[i], ids[i + 1]))
+                heap.append((p >> _BITS) << 24 | i)
         heapq.heapify(heap)
         pop, push = heapq.heappop, heapq.heappush
+        low = (1 << 24) - 1
         while heap:
-            p, i, left, right = pop(heap)
+            key = pop(heap)
+            i = key & low
+            left = ids[i]
             j = nxt[i]
-            if j < 0 or ids[i] != left or ids[j] != right:
+            if left < 0 or j < 0:
+                continue
+            p = get(left << _BITS | ids[j])
+            if p is None or p >> _BITS != key >> 24:
                 continue
             merged = p & _MASK
             ids[i] = merged
@@ -127,11 +153,11 @@ class IdMerger:
             if q >= 0:
                 p2 = get(ids[q] << _BITS | merged)
                 if p2 is not None:
-                    push(heap, (p2, q, ids[q], merged))
+                    push(heap, (p2 >> _BITS) << 24 | q)
             if k >= 0:
                 p2 = get(merged << _BITS | ids[k])
                 if p2 is not None:
-                    push(heap, (p2, i, merged, ids[k]))
+                    push(heap, (p2 >> _BITS) << 24 | i)
         out = []
         i = 0
         while i >= 0:
