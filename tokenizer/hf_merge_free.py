@@ -216,6 +216,27 @@ class HFUnigram:
         self.unk_score = min(self.scores, default=0.0) - 10.0
         self.max_len = max((len(t) for t, _ in pieces), default=1)
         self.cache: dict[str, list[int]] = {}
+        self._c: Any = None
+        self._c_pending = True
+
+    def _c_viterbi(self) -> Any:
+        """The C accelerator's Unigram with no normalization: the same Viterbi over all pieces.
+
+        HF fuses unknown characters into one string and looks that up (then byte fallback),
+        so a C result holding the unknown id is recomputed here.
+        """
+        from tokenizer.accel import accel_module
+
+        accel = accel_module()
+        if accel is None or not hasattr(accel, "Unigram"):
+            return None
+        items = list(self.ids.items())
+        try:
+            return accel.Unigram([t for t, _ in items], [i for _, i in items], [self.scores[i] for _, i in items],
+                                 [], None, -1 if self.unk_id is None else self.unk_id, self.unk_score,
+                                 False, False, False)
+        except (ValueError, TypeError, UnicodeError, OverflowError):
+            return None
 
     def pieces_of(self, s: str) -> list[str]:
         """The best segmentation of ``s`` into strings (unknown runs fused)."""
@@ -262,6 +283,12 @@ class HFUnigram:
         return out
 
     def piece_ids(self, piece: str) -> list[int]:
+        if self._c_pending:
+            self._c, self._c_pending = self._c_viterbi(), False
+        if self._c is not None and self.unk_id is not None:
+            ids = self._c.encode(piece)
+            if ids is not None and self.unk_id not in ids:
+                return ids
         out: list[int] = []
         for text in self.pieces_of(piece):
             tid = self.ids.get(text)

@@ -22,7 +22,7 @@ TEXTS = corpus() + ["a" * 10000, base64_blob(20_000), "中文" * 400, "it'ſ, IT
 
 @pytest.fixture(scope="module",
                 params=["qwen", "smollm", "qwen-json", "llama32-json", "llama-bpe", "gemma", "phi-3",
-                        "bert-bge", "nomic-bert-moe", "minilm-json"])
+                        "bert-bge", "nomic-bert-moe", "minilm-json", "mon-json"])
 def pair(request, qwen_path, smollm_path, gemma_path, qwen_tokenizer_dir, llama32_tokenizer_dir, llamacpp_models_dir):
     path = {"qwen": qwen_path, "smollm": smollm_path, "qwen-json": qwen_tokenizer_dir, "gemma": gemma_path,
             "llama32-json": llama32_tokenizer_dir,
@@ -30,7 +30,8 @@ def pair(request, qwen_path, smollm_path, gemma_path, qwen_tokenizer_dir, llama3
             "phi-3": llamacpp_models_dir / "ggml-vocab-phi-3.gguf",
             "bert-bge": llamacpp_models_dir / "ggml-vocab-bert-bge.gguf",
             "nomic-bert-moe": llamacpp_models_dir / "ggml-vocab-nomic-bert-moe.gguf",
-            "minilm-json": asset_path("minilm-l6-tokenizer.json")}[request.param]
+            "minilm-json": asset_path("minilm-l6-tokenizer.json"),
+            "mon-json": asset_path("mon-unigram-tokenizer.json")}[request.param]
     mp = pytest.MonkeyPatch()
     mp.setenv("TOKCHAT_NO_ACCEL", "1")
     pure = load_tokenizer(path)
