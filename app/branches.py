@@ -20,7 +20,7 @@ switch, so the next prompt extends that branch's ids exactly), storage
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclass
@@ -116,3 +116,51 @@ class BranchTree:
                     out.extend(alt.messages)
                     stack.extend(alt.forks.values())
         return out
+
+
+def from_links(nodes: Sequence[tuple[int, int | None, Any]], shown: Sequence[int]) -> tuple[list[Any], BranchTree]:
+    """The shown path and its :class:`BranchTree` from stored parent links.
+
+    ``nodes`` are ``(id, parent_id, message)`` for every message of a
+    conversation; ``shown`` the ids of the branch on screen, first to last.
+    Off the shown path, each branch follows its most recent continuation
+    (the others become forks inside it).  Messages below the shown tip (a
+    reply being replaced when tokchat stopped) become siblings of the empty
+    continuation the path ends with.
+    """
+    children: dict[int | None, list[tuple[int, Any]]] = {}
+    for node_id, parent, message in sorted(nodes, key=lambda n: n[0]):
+        children.setdefault(parent, []).append((node_id, message))
+
+    def follow(parent: int | None, pos: int, chosen: Sequence[int] | None) -> tuple[list[Any], dict[int, Fork]]:
+        messages: list[Any] = []
+        forks: dict[int, Fork] = {}
+        while True:
+            kids = children.get(parent, [])
+            if not kids:
+                return messages, forks
+            depth = len(messages)
+            ids = [k for k, _ in kids]
+            if chosen is None:
+                pick: int | None = len(kids) - 1
+            else:
+                pick = ids.index(chosen[depth]) if depth < len(chosen) and chosen[depth] in ids else None
+            alternatives = [Branch([]) if n == pick else _branch_from(kid_id, message, pos + depth)
+                            for n, (kid_id, message) in enumerate(kids)]
+            if pick is None:  # the shown branch ends here; what lies below is its siblings
+                forks[pos + depth] = Fork(alternatives + [Branch([])], len(kids))
+                return messages, forks
+            if len(kids) > 1:
+                forks[pos + depth] = Fork(alternatives, pick)
+            kid_id, message = kids[pick]
+            messages.append(message)
+            parent = kid_id
+
+    def _branch_from(kid_id: int, message: Any, pos: int) -> Branch:
+        rest, forks = follow(kid_id, pos + 1, None)
+        return Branch([message] + rest, forks)
+
+    path, forks = follow(None, 0, list(shown))
+    tree = BranchTree()
+    tree.forks = forks
+    return path, tree

@@ -5,7 +5,9 @@ The JSON document is versioned (``"format": "tokchat-conversation"``,
 message with its reasoning, per-turn stats and timestamps (ISO 8601 UTC, the
 raw epoch seconds beside them so nothing is rounded away).
 :func:`conversation_from_json` reads it back, checking the shape first, so
-``import`` of an export gives the same messages.
+``import`` of an export gives the same messages.  ``messages`` is the branch
+shown; ``branches`` holds the replies and prompts it replaced, every message
+carrying its ``id`` and its ``parent`` so the tree comes back on import.
 
 Markdown puts reasoning in a collapsed ``<details>`` block above the answer
 and a one-line stats footer under each reply; tool calls and tool results
@@ -48,12 +50,15 @@ def to_dict(conv: Conversation) -> dict[str, Any]:
         **{name: getattr(info, name) for name in _INFO_FIELDS},
         "created": iso(info.created_at),
         "updated": iso(info.updated_at),
-        "messages": [
-            {**{name: getattr(m, name) for name in _MESSAGE_FIELDS}, "created": iso(m.created_at),
-             "finished": iso(m.finished_at), **({"tool": m.tool} if m.tool else {})}
-            for m in conv.messages
-        ],
+        "messages": [_message_dict(m) for m in conv.messages],
+        # regenerated replies and edited prompts off the shown branch: the tree is kept by "id"/"parent"
+        "branches": [_message_dict(m) for m in conv.branches],
     }
+
+
+def _message_dict(m: StoredMessage) -> dict[str, Any]:
+    return {"id": m.id, "parent": m.parent_id, **{name: getattr(m, name) for name in _MESSAGE_FIELDS},
+            "created": iso(m.created_at), "finished": iso(m.finished_at), **({"tool": m.tool} if m.tool else {})}
 
 
 def to_json(conv: Conversation) -> str:
@@ -83,14 +88,27 @@ def from_dict(data: Any, source: str = "import") -> Conversation:
         system_prompt=_need(data, "system_prompt", text, source), sampling=_need(data, "sampling", (dict,), source),
         settings=_need(data, "settings", (dict,), source), created_at=_need(data, "created_at", num, source),
         updated_at=_need(data, "updated_at", num, source))
+    shown = _messages(_need(data, "messages", (list,), source), f"{source}: messages")
+    branches = _messages(data.get("branches") or [], f"{source}: branches")
+    return Conversation(info, shown, branches)
+
+
+def _messages(items: list, source: str) -> list[StoredMessage]:
+    text, num, opt_num = (str,), (int, float), (int, float, type(None))
+    opt_int = (int, type(None))
+    if not isinstance(items, list):
+        raise ImportFormatError(f"{source} must be a list")
     messages = []
-    for i, m in enumerate(_need(data, "messages", (list,), source)):
-        where = f"{source}: messages[{i}]"
+    for i, m in enumerate(items):
+        where = f"{source}[{i}]"
         if not isinstance(m, dict):
             raise ImportFormatError(f"{where} must be an object")
-        opt_int = (int, type(None))
+        ids = {"id": m.get("id") or 0, "parent_id": m.get("parent")}
+        if not isinstance(ids["id"], int) or not isinstance(ids["parent_id"], opt_int) or \
+                isinstance(ids["id"], bool):
+            raise ImportFormatError(f"{where}: 'id' and 'parent' must be integers")
         messages.append(StoredMessage(
-            id=0, role=_need(m, "role", text, where), content=_need(m, "content", text, where),
+            **ids, role=_need(m, "role", text, where), content=_need(m, "content", text, where),
             reasoning=_need(m, "reasoning", text, where), finish_reason=_need(m, "finish_reason", (str, type(None)), where),
             prompt_tokens=_need(m, "prompt_tokens", opt_int, where),
             completion_tokens=_need(m, "completion_tokens", opt_int, where),
@@ -99,7 +117,7 @@ def from_dict(data: Any, source: str = "import") -> Conversation:
             stats=_need(m, "stats", (dict, type(None)), where), created_at=_need(m, "created_at", num, where),
             finished_at=_need(m, "finished_at", opt_num, where),
             tool=_need(m, "tool", (dict, type(None)), where) if "tool" in m else None))
-    return Conversation(info, messages)
+    return messages
 
 
 def conversation_from_json(text: str, source: str = "import") -> Conversation:

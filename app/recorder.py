@@ -44,6 +44,8 @@ class HistoryRecorder:
         self._meta = dict(model=str(model_path or ""), model_name=model_name, template=template,
                           system=system, sampling=sampling, settings=settings or {})
         self.conversation_id: int | None = None
+        #: the row id of the last user message committed (None before, or when history is off)
+        self.last_user_id: int | None = None
         self._notice: str | None = None
         self._notice_taken = False
         self._reply_id: int | None = None
@@ -150,9 +152,15 @@ class HistoryRecorder:
     # -- a turn -----------------------------------------------------------------------------
 
     def on_user(self, message: Any) -> None:
-        """Commit the user's message (call before generation starts)."""
+        """Commit the user's message (call before generation starts); its row id is ``last_user_id``."""
         self.close_reply()
-        self._guard(lambda s: s.add_message(self._conversation(s), message))
+        self.last_user_id = self._guard(lambda s: s.add_message(self._conversation(s), message))
+
+    def show_branch(self, tip_id: int | None) -> None:
+        """The user chose another sibling: the branch ending at ``tip_id`` is the one shown."""
+        self.close_reply()
+        if self.conversation_id is not None and tip_id is not None:
+            self._guard(lambda s: s.show_branch(self.conversation_id, tip_id))
 
     def on_reply_start(self) -> None:
         """Insert the reply as in progress (``on_event`` does this on the first event)."""
@@ -178,10 +186,12 @@ class HistoryRecorder:
         if not self.enabled:
             return
         if self._reply_id is None:
-            self._guard(lambda s: s.add_message(self._conversation(s), message))
-            return
-        reply_id, self._reply_id = self._reply_id, None
-        self._guard(lambda s: s.finish_message(reply_id, message))
+            reply_id = self._guard(lambda s: s.add_message(self._conversation(s), message))
+        else:
+            reply_id, self._reply_id = self._reply_id, None
+            self._guard(lambda s: s.finish_message(reply_id, message))
+        if reply_id is not None and hasattr(message, "store_id"):
+            message.store_id = reply_id  # so that choosing this reply again can be stored
 
     def close_reply(self, finish_reason: str = "interrupted") -> None:
         """Commit a reply still open with the text received so far."""

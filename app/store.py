@@ -80,6 +80,18 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE messages ADD COLUMN tool_json TEXT",
     ),
 )
+_MIGRATIONS += (
+    # 3 -> 4: branches.  Each message links to the one before it on its branch (a regenerated
+    # reply and the reply it replaced share a parent), and a conversation remembers the last
+    # message of the branch on screen; existing conversations become one branch each.
+    (
+        "ALTER TABLE messages ADD COLUMN parent_id INTEGER",
+        "ALTER TABLE conversations ADD COLUMN tip_id INTEGER",
+        "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p WHERE "
+        "p.conversation_id = messages.conversation_id AND p.id < messages.id)",
+        "UPDATE conversations SET tip_id = (SELECT MAX(m.id) FROM messages m WHERE m.conversation_id = conversations.id)",
+    ),
+)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 #: (database path, message id) of replies this process is writing right now
@@ -336,18 +348,22 @@ class ChatStore:
                           "FROM conversations c WHERE c.id = ?", (conv_id,))
         if not rows:
             raise StoreError(f"no conversation {conv_id} in the history (see `tokchat export --list`)")
-        messages = [
-            StoredMessage(
+        stored = {
+            r["id"]: StoredMessage(
                 id=r["id"], role=r["role"], content=r["content"], reasoning=r["reasoning"],
                 finish_reason=r["finish_reason"], prompt_tokens=r["prompt_tokens"],
                 completion_tokens=r["completion_tokens"], reasoning_tokens=r["reasoning_tokens"],
                 ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"],
                 stats=json.loads(r["stats_json"]) if r["stats_json"] else None,
                 created_at=r["created_at"], finished_at=r["finished_at"],
-                tool=json.loads(r["tool_json"]) if r["tool_json"] else None)
+                tool=json.loads(r["tool_json"]) if r["tool_json"] else None, parent_id=r["parent_id"])
             for r in self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conv_id,))
-        ]
-        return Conversation(self._info(rows[0]), messages)
+        }
+        with self._lock:
+            path = self._path(self._conn, conv_id)
+        on_path = set(path)
+        return Conversation(self._info(rows[0]), [stored[i] for i in path],
+                            [m for i, m in stored.items() if i not in on_path])
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -362,10 +378,13 @@ class ChatStore:
         with self._write() as conn:
             self._require(conn, conv_id)
             cur = conn.execute(
-                f"INSERT INTO messages (conversation_id, {', '.join(cols)}, created_at, finished_at) "
-                f"VALUES (?, {', '.join('?' * len(cols))}, ?, ?)", (conv_id, *cols.values(), created, finished))
+                f"INSERT INTO messages (conversation_id, {', '.join(cols)}, created_at, finished_at, parent_id) "
+                f"VALUES (?, {', '.join('?' * len(cols))}, ?, ?, (SELECT tip_id FROM conversations WHERE id = ?))",
+                (conv_id, *cols.values(), created, finished, conv_id))
+            msg_id = int(cur.lastrowid)
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
             self._touch(conn, conv_id, now, cols["role"], cols["content"])
-            return int(cur.lastrowid)
+            return msg_id
 
     def _touch(self, conn: sqlite3.Connection, conv_id: int, now: float, role: str | None = None,
                content: str = "") -> None:
@@ -379,10 +398,12 @@ class ChatStore:
         now = time.time()
         with self._write() as conn:
             self._require(conn, conv_id)
-            cur = conn.execute("INSERT INTO messages (conversation_id, role, created_at, writer_pid) "
-                               "VALUES (?, ?, ?, ?)", (conv_id, role, now, os.getpid()))
+            cur = conn.execute("INSERT INTO messages (conversation_id, role, created_at, writer_pid, parent_id) "
+                               "VALUES (?, ?, ?, ?, (SELECT tip_id FROM conversations WHERE id = ?))",
+                               (conv_id, role, now, os.getpid(), conv_id))
             self._touch(conn, conv_id, now)
             msg_id = int(cur.lastrowid)
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
         _ACTIVE_REPLIES.add((self._key, msg_id))
         return msg_id
 
@@ -409,14 +430,42 @@ class ChatStore:
         _ACTIVE_REPLIES.discard((self._key, msg_id))
 
     def truncate(self, conv_id: int, keep: int) -> None:
-        """Keep only the first ``keep`` messages (before a regenerate or an edit of the last turn)."""
+        """Show only the first ``keep`` messages of the shown branch (before a regenerate or an edit
+        of the last turn); the rest stays stored as a branch, and the next message is its sibling."""
         with self._write() as conn:
             self._require(conn, conv_id)
-            conn.execute("DELETE FROM messages WHERE conversation_id = ? AND id NOT IN (SELECT id FROM "
-                         "messages WHERE conversation_id = ? ORDER BY id LIMIT ?)", (conv_id, conv_id, keep))
+            path = self._path(conn, conv_id)
+            tip = path[min(keep, len(path)) - 1] if keep > 0 and path else None
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, conv_id))
 
-    def import_conversation(self, info: ConversationInfo, messages: list[StoredMessage]) -> int:
-        """Insert a whole conversation (from an export) in one transaction; returns its new id."""
+    def show_branch(self, conv_id: int, tip_id: int | None) -> None:
+        """Make the branch ending at message ``tip_id`` the one shown (a sibling was chosen)."""
+        with self._write() as conn:
+            self._require(conn, conv_id)
+            if tip_id is not None and conn.execute("SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                                                   (tip_id, conv_id)).fetchone() is None:
+                raise StoreError(f"history database {self.path}: no message {tip_id} in conversation {conv_id}")
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip_id, conv_id))
+
+    @staticmethod
+    def _path(conn: sqlite3.Connection, conv_id: int) -> list[int]:
+        """Message ids of the shown branch, first to last (walked from the tip along parent links)."""
+        tip = conn.execute("SELECT tip_id FROM conversations WHERE id = ?", (conv_id,)).fetchone()[0]
+        parents = dict(conn.execute("SELECT id, parent_id FROM messages WHERE conversation_id = ?",
+                                    (conv_id,)).fetchall())
+        path: list[int] = []
+        while tip is not None and tip in parents and len(path) <= len(parents):
+            path.append(tip)
+            tip = parents[tip]
+        return path[::-1]
+
+    def import_conversation(self, info: ConversationInfo, messages: list[StoredMessage],
+                            branches: list[StoredMessage] = ()) -> int:
+        """Insert a whole conversation (from an export) in one transaction; returns its new id.
+
+        ``messages`` is the shown branch; ``branches`` the other messages, linked by ``id`` and
+        ``parent_id`` as exported (a message without ids follows the one before it).
+        """
         with self._write() as conn:
             cur = conn.execute(
                 "INSERT INTO conversations (title, model_path, model_name, template, system_prompt,"
@@ -424,13 +473,27 @@ class ChatStore:
                 (info.title, info.model_path, info.model_name, info.template, info.system_prompt,
                  json.dumps(info.sampling), json.dumps(info.settings), info.created_at, info.updated_at))
             conv_id = int(cur.lastrowid)
-            for m in messages:
-                conn.execute(
+            new_ids: dict[int, int] = {}  # exported id -> id here
+            previous: int | None = None
+            tip: int | None = None
+            ordered = [(m, True) for m in messages] + [(m, False) for m in branches]
+            if any(m.id for m, _ in ordered):  # parents before children, as they were written
+                ordered.sort(key=lambda pair: pair[0].id or 0)
+            for m, shown in ordered:
+                parent = new_ids.get(m.parent_id) if m.parent_id else (None if m.id else previous)
+                cur = conn.execute(
                     "INSERT INTO messages (conversation_id, role, content, reasoning, prompt_tokens,"
                     " completion_tokens, reasoning_tokens, ttft_s, tokens_per_s, finish_reason, stats_json,"
-                    " created_at, finished_at, tool_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " created_at, finished_at, tool_json, parent_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (conv_id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at,
-                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None))
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent))
+                new_id = int(cur.lastrowid)
+                if m.id:
+                    new_ids[m.id] = new_id
+                previous = new_id
+                if shown and (messages and m is messages[-1]):
+                    tip = new_id
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, conv_id))
             return conv_id

@@ -56,6 +56,8 @@ class StoredMessage:
     finished_at: float | None = None
     #: tool calling, as the template takes it: ``tool_calls`` (a reply), ``tool_call_id`` and ``name`` (a result)
     tool: dict | None = None
+    #: the message before this one on its branch (None: the first message)
+    parent_id: int | None = None
 
     def to_chat_message(self) -> Any:
         """This message as an :class:`app.session.ChatMessage` (for ``ChatSession.load_messages``)."""
@@ -72,7 +74,8 @@ class StoredMessage:
         tool = self.tool or {}
         return ChatMessage(role=self.role, content=self.content, reasoning=self.reasoning,
                            stats=stats, finish_reason=self.finish_reason, tool_calls=tool.get("tool_calls"),
-                           tool_call_id=tool.get("tool_call_id"), name=tool.get("name"))
+                           tool_call_id=tool.get("tool_call_id"), name=tool.get("name"),
+                           store_id=self.id or None)
 
 
 @dataclass
@@ -80,7 +83,10 @@ class Conversation:
     """A whole stored conversation."""
 
     info: ConversationInfo
+    #: the branch shown, first to last
     messages: list[StoredMessage]
+    #: every other message (siblings of regenerated replies and edited prompts), linked by parent_id
+    branches: list[StoredMessage] = field(default_factory=list)
 
     def chat_messages(self) -> list:
         """The messages as ``ChatMessage`` objects, ready for ``ChatSession.load_messages``."""

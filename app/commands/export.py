@@ -44,7 +44,7 @@ def _import(store, file: str) -> int:
     except OSError as exc:
         raise CLIError(f"cannot read {file}: {exc.strerror or exc}") from exc
     conv = conversation_from_json(text, source=file)
-    new_id = store.import_conversation(conv.info, conv.messages)
+    new_id = store.import_conversation(conv.info, conv.messages, conv.branches)
     print(f"imported {file} as conversation {new_id} ({len(conv.messages)} messages)")
     return 0
 

@@ -31,6 +31,7 @@ from app.tui.format import model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import HistoryMixin
 from app.tui.attach import AttachMixin
+from app.tui.branches import BranchesMixin
 from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.pull import PullMixin
@@ -56,7 +57,7 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixin, App):
+class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin, PullMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -77,6 +78,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixi
         Binding("ctrl+o", "copy_reply", "Copy", tooltip="copy the last reply"),
         Binding("ctrl+b", "toggle_history", "History", tooltip="stored conversations"),
         Binding("ctrl+n", "new_chat", "New", tooltip="start a new conversation"),
+        Binding("alt+left", "branch(-1)", "Prev sibling", show=False, tooltip="the previous regenerated reply"),
+        Binding("alt+right", "branch(1)", "Next sibling", show=False, tooltip="the next regenerated reply"),
         Binding("f2", "show_tokens", "Tokens", show=False, tooltip="the token inspector"),
     ]
 
@@ -386,6 +389,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, PullMixi
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it."""
         self.record_reply()
+        self.call_later(self.show_branch_labels)  # "2/3" above a regenerated reply
 
     async def on_unmount(self) -> None:
         """Quit: stop a reply still streaming (kept as cancelled), then close history and engine.

@@ -97,6 +97,9 @@ class HistoryMixin:
         messages = self.session.messages
         if messages and messages[-1].role == "assistant":
             self.recorder.on_reply(messages[-1])
+            user = next((m for m in reversed(messages) if m.role == "user"), None)
+            if user is not None and user.store_id is None:
+                user.store_id = self.recorder.last_user_id
         else:
             self.recorder.close_reply("error")
         self._history_notice()
@@ -184,16 +187,21 @@ class HistoryMixin:
         except StoreError as exc:
             self.notify(str(exc), severity="error")
             return
-        messages = conversation.chat_messages()
+        from app.branches import from_links
+
+        stored = [m for m in conversation.messages + conversation.branches if m.role != "system"]
+        messages, branches = from_links([(m.id, m.parent_id, m.to_chat_message()) for m in stored],
+                                        [m.id for m in conversation.messages if m.role != "system"])
         await self.chat_view.show_messages(messages)
         self.sub_title = conversation.info.title
         if self.session is None:
             self.notify("Showing a stored chat; load a model (/model PATH) to continue it", severity="warning")
             return
         self.session.set_system(conversation.info.system_prompt)
-        self.session.load_messages([m for m in messages if m.role != "system"])
+        self.session.load_messages(messages, branches)
         if self.recorder is not None:
             self.recorder.resume(conv_id)
+        await self.show_branch_labels()
         self.update_meter()
         self.prompt_input.focus()
 

@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("", "show or hide the history sidebar"),
     "attach": ("PATH|clear", "attach a text file (or a directory's files) to the next message; "
                "@path in a message does it too"),
+    "branch": ("[N|next|prev]", "show another sibling of the last regenerated reply or edited prompt "
+               "(Alt+Left / Alt+Right)"),
     "tokens": ("", "the token inspector: the last turn's exact ids, pieces and context breakdown"),
     "help": ("", "list commands and keys"),
 }
