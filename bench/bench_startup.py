@@ -54,8 +54,9 @@ import json, resource, subprocess, sys, time
 t = time.perf_counter()
 done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 wall = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"wall": wall, "peak_kib": peak, "rc": done.returncode,
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+peak, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+print(json.dumps({"wall": wall, "peak_kib": peak, "cpu": cpu, "rc": done.returncode,
                   "stdout": done.stdout.decode("utf-8", "replace"),
                   "stderr": done.stderr.decode("utf-8", "replace")[-2000:]}))
 """
@@ -152,6 +153,8 @@ def bench_headless(rounds: int, env: dict[str, str]) -> list[str]:
     return [
         f"| `tokchat --prompt hi --max-tokens 16 --temperature 0` on SmolLM2, wall | {wall_a:.2f} s "
         f"| {wall_b:.2f} s | {wall_a / wall_b:.2f}x |",
+        f"| CPU time of that run (user + system) | {med(a, 'cpu'):.2f} s | {med(b, 'cpu'):.2f} s "
+        f"| {med(a, 'cpu') / med(b, 'cpu'):.2f}x |",
         f"| peak memory of that run | {mem_a:.0f} MiB | {mem_b:.0f} MiB | {mem_a - mem_b:+.0f} MiB |",
         f"<!-- n_ctx {n_ctx}, {threads} thread(s); same reply: {same} "
         f"({a[-1]['stdout'].strip()[:60]!r} / {b[-1]['stdout'].strip()[:60]!r}) -->",
@@ -167,6 +170,7 @@ def bench_tokenize(rounds: int, env: dict[str, str]) -> list[str]:
     same = json.loads(a[-1]["stdout"]) == json.loads(b[-1]["stdout"])
     return [f"| `tokchat tokenize --model qwen.gguf hi` (llama.cpp: vocab_only load + tokenize), wall "
             f"| {wall_a:.2f} s | {wall_b:.2f} s | {wall_a / wall_b:.2f}x |",
+            f"| CPU time of that run | {med(a, 'cpu'):.2f} s | {med(b, 'cpu'):.2f} s | {med(a, 'cpu') / med(b, 'cpu'):.2f}x |",
             f"| peak memory of that run | {med(a, 'peak_kib') / 1024:.0f} MiB "
             f"| {med(b, 'peak_kib') / 1024:.0f} MiB | {(med(a, 'peak_kib') - med(b, 'peak_kib')) / 1024:+.0f} MiB |",
             f"<!-- same ids: {same} -->"]
@@ -269,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                "TOKCHAT_CONFIG_DIR": str(Path(home) / "config"), "PYTHONPATH": str(ROOT)}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         load = os.getloadavg()[0]
-        print(f"medians of {args.rounds} fresh processes each; load average {load:.1f} at the start\n")
+        print(f"medians of {args.rounds} fresh processes each; load average {load:.1f} at the start "
+              f"(on {os.cpu_count()} CPUs: wall times stretch with it, CPU times much less)\n")
         print("| what | tokchat | the engine alone (llama-cpp-python) | ratio / difference |")
         print("| --- | ---: | ---: | ---: |")
         for name in chosen:
