@@ -320,6 +320,11 @@ def _server_options(settings: Settings) -> dict[str, Any]:
     return extra
 
 
-def chat_options(args: argparse.Namespace) -> ChatOptions:
-    """Config files and model preset, overridden by the flags given on the command line."""
-    return options_from_settings(load_settings(args), args)
+def chat_options(args: argparse.Namespace, *, preset: bool = True) -> ChatOptions:
+    """Config files and model preset, overridden by the flags given on the command line.
+
+    ``preset=False`` leaves the model preset out, and with it the read of the
+    model's header: the TUI paints with these and applies the preset in its
+    load thread (:meth:`app.tui.app.ChatApp._load`).
+    """
+    return options_from_settings(load_settings(args, use_preset=preset), args)

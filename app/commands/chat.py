@@ -79,8 +79,10 @@ def run(args: argparse.Namespace) -> int:
         args.prompt = sys.stdin.read()
     # first use of --model hf:... or a preset name: download with a progress bar before anything loads
     pull_if_missing(args.model or load_settings(args, use_preset=False).values["model.default"])
-    options = chat_options(args)
-    if options.prompt is not None:
+    headless = args.prompt is not None
+    # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
+    options = chat_options(args, preset=headless)
+    if headless:
         from app.headless import run_headless
         from app.recorder import HistoryRecorder
 
@@ -93,4 +95,4 @@ def run(args: argparse.Namespace) -> int:
             recorder.close()
     from app.tui import run_tui
 
-    return run_tui(options)
+    return run_tui(options, with_preset=lambda: chat_options(args))

@@ -101,9 +101,12 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         error: str
 
     def __init__(self, options: ChatOptions, *, loader: Loader | None = None,
-                 stats_filter: Callable[[Any], Any] | None = None, store: Any = None) -> None:
+                 stats_filter: Callable[[Any], Any] | None = None, store: Any = None,
+                 with_preset: Callable[[], ChatOptions] | None = None) -> None:
         super().__init__()
         self.options = options
+        #: the same options with the model's preset applied, built in the load thread (it reads the model)
+        self._with_preset = with_preset
         self.loader: Loader = loader or load_chat
         #: applied to every TurnStats before it is shown (snapshots pin the timings)
         self.stats_filter = stats_filter or (lambda stats: stats)
@@ -173,6 +176,10 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             self.call_from_thread(self._show_progress, text)
 
         try:
+            if self._with_preset is not None:
+                # the preset (template, sampling, context) comes from the model's header: read here,
+                # not before the first frame; the header is then handed on to the loader
+                self.options, self._with_preset = self._with_preset(), None
             chat = self.loader(self.options, progress)
             # the reply widget (Markdown) is imported here, off the event loop, before the first reply
             import app.tui.widgets.assistant_message  # noqa: F401

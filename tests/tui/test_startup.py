@@ -105,3 +105,37 @@ def test_the_first_frame_needs_no_markdown_jinja_sqlite_or_engine():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     loaded = json.loads(done.stdout.splitlines()[-1])
     assert not any(loaded.values()), loaded
+
+
+async def test_the_preset_and_header_are_read_in_the_load_thread_once(smollm_path, store, monkeypatch, tmp_path):
+    import tokenizer.gguf
+    from app.cli import build_parser
+    from app.config import chat_options
+    from app.tui.loader import load_chat
+
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))
+    parses: list[str] = []
+    real_parse = tokenizer.gguf.parse_gguf
+
+    def counting(buf, size, path="<memory>", keys=None):
+        parses.append(threading.current_thread().name)
+        return real_parse(buf, size, path, keys)
+
+    monkeypatch.setattr(tokenizer.gguf, "parse_gguf", counting)
+    args = build_parser().parse_args(["--model", str(smollm_path), "--ctx", "256"])
+    first = chat_options(args, preset=False)
+    assert first.preset is None and parses == []  # what the first frame is built from reads no model file
+    seen: list[tuple[str | None, str]] = []
+
+    def loader(options, progress):
+        seen.append((options.preset, threading.current_thread().name))
+        return load_chat(options, progress)
+
+    app = ChatApp(first, loader=loader, store=store, with_preset=lambda: chat_options(args))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        assert app.query_one("ModelBar").state == "ready"
+        assert app.options.preset == "smollm2" and app.chat.context_size == 256
+    assert [preset for preset, _ in seen] == ["smollm2"]
+    main = threading.main_thread().name
+    assert seen[0][1] != main and len(parses) == 1 and parses[0] != main
