@@ -9,7 +9,6 @@ the choice so that a resumed chat shows the same branch.
 from __future__ import annotations
 
 from app.tui.slash import SlashError
-from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.branch_label import BranchLabel
 from app.tui.widgets.user_message import UserMessage
 
@@ -68,6 +67,8 @@ class BranchesMixin:
         session = self.session
         if session is None or not session.branches.forks:
             return
+        from app.tui.widgets.assistant_message import AssistantMessage  # Markdown: not for the first frame
+
         widgets = [w for w in view.children if isinstance(w, (UserMessage, AssistantMessage))]
         shown = [i for i, m in enumerate(session.messages) if m.role in ("user", "assistant")]
         offset = len(shown) - len(widgets)  # older messages may not be mounted (paged history)
