@@ -254,7 +254,7 @@ def _build_from_sdist(asset: Asset, workdir: Path) -> None:
     jobs = str(os.cpu_count() or 2)
     print(
         f"building {', '.join(asset.build_targets)} from {archive.name} with cmake + ninja "
-        f"-j{jobs} (once; roughly 10 to 15 min on 2 cores) ...",
+        f"-j{jobs} (once; about 15 min on 2 idle cores, 22 min measured on a busy one) ...",
         flush=True,
     )
     started = time.monotonic()
