@@ -31,6 +31,7 @@ import queue
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
@@ -94,6 +95,42 @@ def _transport_error(exc: Exception, url: str, *, streaming: bool) -> BackendErr
     return BackendError(f"the connection to {url} failed ({type(exc).__name__}: {exc})")
 
 
+#: a kept-alive connection the server closed meanwhile fails before any answer, like this
+_STALE = ("RemoteProtocolError", "ReadError", "WriteError")
+
+
+def _send(client: Any, request: Request) -> Any:
+    """``client.request``, sent once more when a pooled connection turned out to be closed.
+
+    The server never saw the first attempt (it failed before any byte of an answer),
+    so sending again is safe; servers close idle kept-alive connections whenever they like.
+    """
+    try:
+        return client.request(request.method, request.path, json=request.body)
+    except Exception as exc:
+        if type(exc).__name__ not in _STALE:
+            raise
+    return client.request(request.method, request.path, json=request.body)
+
+
+@contextmanager
+def _open_stream(client: Any, request: Request) -> Iterator[Any]:
+    """``client.stream`` with the same one retry as :func:`_send`, before any answer only."""
+    for attempt in (1, 2):
+        stream = client.stream(request.method, request.path, json=request.body)
+        try:
+            resp = stream.__enter__()
+        except Exception as exc:
+            if attempt == 2 or type(exc).__name__ not in _STALE:
+                raise
+            continue
+        try:
+            yield resp
+        finally:
+            stream.__exit__(None, None, None)
+        return
+
+
 class _Stream:
     """One turn's HTTP stream read on its own thread; :meth:`abort` ends it from any thread."""
 
@@ -113,7 +150,7 @@ class _Stream:
 
         backend = self._backend
         try:
-            with backend.client.stream(self._request.method, self._request.path, json=self._request.body) as resp:
+            with _open_stream(backend.client, self._request) as resp:
                 with self._lock:
                     self._response = resp
                 if self._aborted.is_set():
@@ -204,7 +241,7 @@ class RemoteBackend:
         import httpx
 
         try:
-            resp = self.client.request(request.method, request.path, json=request.body)
+            resp = _send(self.client, request)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.settings.url, streaming=False) from exc
         if allow_missing and resp.status_code in (404, 405):

@@ -21,7 +21,7 @@ from app.tui.widgets.assistant_message import AssistantMessage  # noqa: E402
 from backends.base import SamplingParams  # noqa: E402
 from backends.remote import RemoteSettings  # noqa: E402
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio]
 
 
 @pytest.fixture
@@ -31,6 +31,7 @@ def server(smollm_path, tmp_path):
     started.stop()
 
 
+@pytest.mark.slow
 async def test_chat_through_the_server_shows_the_counts(server, store, smollm_path):
     options = ChatOptions(model=str(smollm_path), server=RemoteSettings(url=server.url), theme="textual-dark",
                           ctx=512,
@@ -58,3 +59,10 @@ async def test_chat_through_the_server_shows_the_counts(server, store, smollm_pa
         await wait_loaded(pilot)
         assert "llama.cpp" in str(app.query_one("ModelBar").render())
         assert len(app.session.messages) == 4
+
+
+def test_an_unverified_turn_says_so_under_the_reply():
+    from app.session import TurnStats
+
+    assert "unverified" in stats_line(TurnStats(completion_tokens=3, verified=False))
+    assert "unverified" not in stats_line(TurnStats(completion_tokens=3))
