@@ -35,6 +35,7 @@ from app.tui.branches import BranchesMixin
 from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.pull import PullMixin
+from app.tui.tools import ToolsMixin
 from app.tui.widgets.chat_view import ChatView
 from app.tui.widgets.context_meter import ContextMeter
 from app.tui.widgets.model_bar import ModelBar
@@ -57,7 +58,7 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin, PullMixin, App):
+class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin, PullMixin, ToolsMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -124,6 +125,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self._generation_done.set()
         self._draft_timer: Timer | None = None
         self.init_history(store)
+        self.init_tools()
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -207,6 +209,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             await self.chat_view.add_notice(note)
         self.update_meter()
         self.on_model_ready()
+        self.start_tools()
         self.query_one(ModelBar).state = "ready"  # last: tests wait for this
 
     def show_model(self) -> None:
@@ -323,7 +326,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self._buffer = buffer
         self.generating = True
         self._generation_done = threading.Event()
-        self._generate(make_events, buffer, self._generation_done)
+        self._generate(lambda: self.with_tools(make_events()), buffer, self._generation_done)
 
     @work(thread=True, group="generate")
     def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer,
@@ -333,7 +336,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         worker = get_current_worker()
         session = self.session
         try:
-            pump(make_events(), buffer, lambda: worker.is_cancelled, session.cancel,
+            pump(make_events(), buffer, lambda: worker.is_cancelled, self.cancel_turn,
                  lambda exc: ReplyEvent("error", text=error_text(exc)))
         finally:
             done.set()
@@ -368,6 +371,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             elif kind == "reasoning":
                 await reply.add_reasoning(text)
                 self.record_chunk(kind, text)
+            elif kind.startswith("tool_"):
+                await self.show_tool_event(reply, kind, text)
             else:
                 await self.chat_view.add_notice(text, "warning")
                 self.chat_view.move_child(self.chat_view.children[-1], before=reply)
@@ -387,6 +392,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self.reply = None
         stats = drained.done.stats if drained.done is not None else None
         stats = self.stats_filter(stats) if stats is not None else None
+        self.tool_turn_finished()
         await reply.finish(stats, error="; ".join(self._errors) or None)
         self.reply_finished(reply)
         self.generating = False
@@ -405,11 +411,12 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         """
         done = self._generation_done
         if not done.is_set():
-            self.session.cancel()
+            self.cancel_turn()
             deadline = time.monotonic() + 30
             while not done.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         self.close_history()
+        self.close_tools()
         if self.chat is not None:
             self.chat.backend.close()
 
@@ -433,5 +440,5 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             self.notify("edit cancelled")
             return
         if self.session is not None and self.generating:
-            self.session.cancel()
+            self.cancel_turn()
             self.workers.cancel_group(self, "generate")

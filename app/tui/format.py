@@ -36,6 +36,9 @@ def stats_line(stats: Any) -> str:
         parts.append("unverified: the server's count differs")
     if getattr(stats, "dropped_turns", 0):
         parts.append(f"dropped {stats.dropped_turns} old turn(s)")
+    if getattr(stats, "tool_call_tokens", 0) or getattr(stats, "model_steps", 1) > 1:
+        parts.append(f"{stats.model_steps} steps · tool calls {stats.tool_call_tokens} · "
+                     f"tool results {stats.tool_result_tokens}")
     return " · ".join(parts)
 
 

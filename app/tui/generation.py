@@ -69,6 +69,13 @@ class EventBuffer:
                     out.chunks[-1] = (kind, out.chunks[-1][1] + event.text)
                 else:
                     out.chunks.append((kind, event.text))
+            elif kind == "tool_call_delta":  # call text as it is generated: joined like content
+                if out.chunks and out.chunks[-1][0] == kind:
+                    out.chunks[-1] = (kind, out.chunks[-1][1] + event.text)
+                else:
+                    out.chunks.append((kind, event.text))
+            elif kind in ("tool_call", "tool_result", "tool_message"):
+                out.chunks.append((kind, event))  # the event itself: its data is the call / outcome
             elif kind == "error":
                 out.errors.append(event.text)
                 if event.stats is not None:

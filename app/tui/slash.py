@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("[PATH]", "write this conversation as Markdown, or JSON if PATH ends in .json "
                "(default: ./tokchat-<time>.md)"),
     "stats": ("", "totals for this conversation"),
+    "tools": ("", "the MCP tools the model can call, and what their schemas cost in tokens"),
     "model": ("[PATH|hf:REF]", "open another model: none opens the picker; hf:ORG/REPO:QUANT or a preset "
               "name downloads it first"),
     "server": ("URL|NAME|off", "generate on an inference server (llama-server, vLLM, SGLang), or back to local"),

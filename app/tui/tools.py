@@ -1,0 +1,191 @@
+"""Tools in the TUI, as a mixin of :class:`ChatApp`: servers, the loop, approval, tool blocks.
+
+* after the model loads, the servers of ``--tools`` / ``tools.enabled`` start in a thread
+  worker; each failure is one notice and the chat goes on;
+* every turn runs through :class:`app.tools.loop.ToolLoop` (built for the current session, so
+  ``/template`` and ``/model`` keep working); "always" answers last for the whole chat;
+* approval: the generation thread asks, the event loop shows :class:`ToolApprovalScreen`
+  and the thread waits for the answer (Esc on the chat stops the turn and denies);
+* a call streams into a :class:`ToolCallBlock` inside the reply, then shows its result;
+* the messages the loop adds between steps reach the history through the reply's event
+  buffer, so they are recorded in order with the streamed text;
+* ``/tools`` lists the tools and what their schemas cost in tokens.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterator
+
+from textual import work
+
+# app.tools.loop (and through it the session) is imported where used: not for the first frame
+DENY = "deny"
+
+
+class ToolsMixin:
+    """Tool calling for ChatApp (``self`` is the app)."""
+
+    def init_tools(self) -> None:
+        self.tool_hub: Any = None
+        self.tool_infos: list = []
+        self._tool_always: set[str] = set()
+        self._tool_loop: Any = None
+        self._tool_blocks: dict[str, Any] = {}
+        self._pending_block: Any = None
+        self._approval_screen: Any = None
+
+    # -- servers -------------------------------------------------------------------------------
+    def start_tools(self) -> None:
+        """Start the chosen servers once (after the first model load)."""
+        settings = getattr(self.options, "tools", None)
+        if self.tool_hub is not None or settings is None or not settings.selected():
+            return
+        self._open_servers()
+
+    @work(thread=True, exclusive=True, group="tools")
+    def _open_servers(self) -> None:
+        from app.tools.mcp_client import McpHub
+
+        settings = self.options.tools
+        lines = [f"no MCP server named {name!r} in [mcp.servers]" for name in settings.unknown()]
+        names = [n for n in settings.selected() if n in settings.servers]
+        hub = McpHub([settings.servers[n] for n in names], call_timeout_s=settings.call_timeout_s)
+        lines += [f"{line}; the chat goes on without its tools" for line in hub.start(names).values()]
+        self.call_from_thread(self._servers_ready, hub, hub.tools(names), lines)
+
+    async def _servers_ready(self, hub: Any, tools: list, lines: list[str]) -> None:
+        self.tool_hub, self.tool_infos = hub, tools
+        for line in lines:
+            await self.chat_view.add_notice(line, "warning")
+        if tools and self.session is not None:
+            loop = self._make_loop()
+            if loop.syntax is None:
+                await self.chat_view.add_notice(
+                    f"the chat template {self.session.template.name!r} has no tool-call format, so the model "
+                    "gets no tools", "warning")
+            else:
+                self.notify(f"{len(tools)} tools from {', '.join(sorted({t.server for t in tools}))}",
+                            title="Tools")
+
+    def close_tools(self) -> None:
+        if self.tool_hub is not None:
+            self.tool_hub.close()
+            self.tool_hub = None
+
+    # -- a turn --------------------------------------------------------------------------------
+    def _make_loop(self) -> Any:
+        from app.tools.loop import ToolLoop
+
+        buffer = getattr(self, "_buffer", None)
+
+        def on_message(message: Any) -> None:
+            if buffer is not None:
+                from app.session import ReplyEvent
+
+                buffer.push(ReplyEvent("tool_message", data=message))
+
+        loop = ToolLoop(self.session, self.tool_hub, self.tool_infos, approve=self._approve_in_ui,
+                        settings=self.options.tools, on_message=on_message)
+        loop.always = self._tool_always
+        if loop.syntax is None:
+            self.session.tools = None
+        return loop
+
+    def with_tools(self, events: Iterator[Any]) -> Iterator[Any]:
+        """The turn's events through the tool loop when tools are on (called in the worker)."""
+        if not self.tool_infos or self.tool_hub is None:
+            return events
+        loop = self._make_loop()
+        if not loop.active:
+            return events
+        self._tool_loop = loop
+        return loop.run(events)
+
+    def cancel_turn(self) -> None:
+        """Stop the reply and the rest of the turn: no further call runs, an open dialog denies."""
+        loop = self._tool_loop
+        if loop is not None:
+            loop.cancel()
+        elif self.session is not None:
+            self.session.cancel()
+
+    def _approve_in_ui(self, call: Any, server: str) -> str:
+        """Runs in the generation thread: show the dialog on the event loop and wait."""
+        from app.tui.widgets.tool_approval import ToolApprovalScreen
+
+        answer: dict[str, str] = {}
+        done = threading.Event()
+        loop = self._tool_loop
+
+        def show() -> None:
+            screen = ToolApprovalScreen(server, call.name, call.arguments)
+            self._approval_screen = screen
+            self.push_screen(screen, callback=lambda result: (answer.setdefault("v", result or DENY), done.set()))
+
+        self.call_from_thread(show)
+        while not done.wait(0.05):
+            if loop is not None and loop._cancel.is_set():
+                screen = self._approval_screen
+                if screen is not None:
+                    self.call_from_thread(lambda: screen.dismiss(DENY) if screen.is_attached else None)
+                return DENY
+        self._approval_screen = None
+        return answer.get("v", DENY)
+
+    # -- showing it ------------------------------------------------------------------------------
+    async def show_tool_event(self, reply: Any, kind: str, item: Any) -> None:
+        """A tool event from the drained buffer (``item``: text for deltas, else the event)."""
+        from app.tui.widgets.tool_call_block import ToolCallBlock
+
+        if kind == "tool_call_delta":
+            if self._pending_block is None:
+                self._pending_block = ToolCallBlock()
+                await reply.mount(self._pending_block, before=reply.query_one(".stats"))
+            self._pending_block.add_text(item)
+        elif kind == "tool_call":
+            call, server = item.data
+            block = self._pending_block
+            if block is None:
+                block = ToolCallBlock()
+                await reply.mount(block, before=reply.query_one(".stats"))
+            self._pending_block = None
+            block.show_call(call, server)
+            self._tool_blocks[call.id] = block
+        elif kind == "tool_result":
+            block = self._tool_blocks.pop(item.data.call.id, None)
+            if block is not None:
+                block.show_result(item.data)
+        elif kind == "tool_message" and self.recorder is not None:
+            message = item.data
+            if message.role == "assistant":
+                self.recorder.on_reply(message)
+            else:
+                self.recorder.on_user(message)
+
+    def tool_turn_finished(self) -> None:
+        self._tool_loop = None
+        self._pending_block = None
+        self._tool_blocks = {}
+
+    # -- /tools ---------------------------------------------------------------------------------
+    async def cmd_tools(self, arg: str) -> None:
+        await self.chat_view.add_notice(self.tools_text())
+
+    def tools_text(self) -> str:
+        from app.commands.tools import tools_table
+        from app.tools.setup import schema_tokens, tools_prompt_tokens
+
+        settings = getattr(self.options, "tools", None)
+        if settings is None or not settings.servers:
+            return "No MCP servers configured: add [mcp.servers.NAME] to your config.toml (tokchat config path)."
+        if self.tool_hub is None:
+            return ("Tools are off for this chat: start tokchat with --tools all (or NAME,...), or set "
+                    "tools.enabled.  Configured servers: " + ", ".join(settings.servers))
+        tokenizer = self.session.tokenizer if self.session is not None else None
+        counter = (lambda schema: schema_tokens(tokenizer, schema)) if tokenizer is not None else None
+        names = [n for n in settings.selected() if n in settings.servers]
+        text = tools_table(self.tool_hub, names, self.tool_hub.failures, counter)
+        if self.session is not None and self.session.tools:
+            text += (f"\nIn this chat's prompt the tools take {tools_prompt_tokens(self.session)} tokens "
+                     f"(template {self.session.template.name}), counted in the context meter.")
+        return text
