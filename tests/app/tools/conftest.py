@@ -6,19 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from app.tools.mcp_client import McpHub, ServerConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TEST_SERVER = Path(__file__).resolve().parent / "mcp_test_server.py"
+from tool_helpers import sdk_server_config, time_server_config  # noqa: E402
 
-
-def sdk_server_config(name: str = "test") -> ServerConfig:
-    """The SDK-written test server (tests/app/tools/mcp_test_server.py) over stdio."""
-    return ServerConfig(name=name, command=sys.executable, args=(str(TEST_SERVER),))
-
-
-def time_server_config(name: str = "time") -> ServerConfig:
-    """The real ``mcp-server-time`` package, with a fixed local timezone."""
-    return ServerConfig(name=name, command=sys.executable, args=("-m", "mcp_server_time", "--local-timezone", "UTC"))
+from app.tools.mcp_client import McpHub  # noqa: E402
 
 
 @pytest.fixture(scope="module")

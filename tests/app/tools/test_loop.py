@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tool_helpers import Script, call_text
 
 from app.session import ChatSession
 from app.tools.display import printable
@@ -27,23 +28,6 @@ def qwen(qwen_path):
     from tokenizer import load_tokenizer
 
     return load_tokenizer(qwen_path)
-
-
-def call_text(name: str, arguments: dict) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
-
-
-class Script:
-    """Reply ids per model step, and the prompt ids each step was given."""
-
-    def __init__(self, tok, replies: list[str]) -> None:
-        end = tok.special_tokens["<|im_end|>"]
-        self.replies = [tok.encode(text, special=True) + [end] for text in replies]
-        self.prompts: list[list[int]] = []
-
-    def __call__(self, prompt_ids):
-        self.prompts.append(list(prompt_ids))
-        return self.replies[len(self.prompts) - 1]
 
 
 def make_loop(tok, hub, replies, *, approve=None, **settings):

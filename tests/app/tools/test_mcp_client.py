@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from conftest import TEST_SERVER, sdk_server_config, time_server_config
+from tool_helpers import TEST_SERVER, sdk_server_config, time_server_config
 
 from app.tools.mcp_client import McpHub, ServerConfig
 

@@ -5,8 +5,7 @@ import io
 import json
 import sys
 
-from conftest import TEST_SERVER, sdk_server_config
-from test_loop import Script, call_text
+from tool_helpers import TEST_SERVER, Script, call_text, sdk_server_config
 
 from app.cli import main
 from app.headless import run_headless

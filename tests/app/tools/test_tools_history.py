@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import io
 
-from conftest import sdk_server_config
-from test_loop import Script, call_text
+from tool_helpers import Script, call_text, sdk_server_config
 
 from app.export import conversation_from_json, to_json, to_markdown
 from app.headless import open_chat, run_headless
