@@ -13,8 +13,10 @@ engine's own load are all counted, as a user would feel them:
   from the GGUF to a tokenizer that has encoded its first text (merge table,
   pre-tokenizer tables and all), beside llama.cpp's ``vocab_only`` load;
 * **TUI** (in tmux, ``capture-pane`` polled every 20 ms): first paint (the
-  header line is on screen) and model ready (the header names the engine),
-  beside the engine's own load as a whole process (import + ``Llama(...)``).
+  header line is on screen) beside a bare Textual app with one ``Static``
+  (the floor any Textual app pays), and model ready (the header names the
+  engine) beside the engine's own load as a whole process (import +
+  ``Llama(...)``).
 
 How each whole process is measured: a tiny wrapper process runs the command
 once with ``time.perf_counter`` around ``subprocess.run`` and reports
@@ -82,6 +84,15 @@ LLAMA_LOAD = """import sys
 from llama_cpp import Llama
 n_ctx, threads = int(sys.argv[2]), int(sys.argv[3])
 Llama(model_path=sys.argv[1], n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
+"""
+
+#: the floor for a first paint: a bare Textual app with one line of text (what tokchat's TUI is built on)
+TEXTUAL_MINIMAL = """from textual.app import App
+from textual.widgets import Static
+class Minimal(App):
+    def compose(self):
+        yield Static("tokchat · a bare Textual app")
+Minimal().run()
 """
 
 #: in one fresh process: import, load, first encode of our tokenizer; then llama.cpp's vocab_only load
@@ -196,8 +207,8 @@ class Tmux:
     def __init__(self, tmp: Path) -> None:
         if shutil.which("tmux") is None:
             raise SystemExit("tmux is not installed: apt-get install tmux")
-        self.socket = str(tmp / "tmux.sock")
         self.name = f"bench-{uuid.uuid4().hex[:8]}"
+        self.socket = str(tmp / f"{self.name}.sock")  # one server per run: a killed one may linger
 
     def screen(self) -> str:
         return subprocess.run(["tmux", "-S", self.socket, "capture-pane", "-p", "-t", self.name],
@@ -207,10 +218,18 @@ class Tmux:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
 
-def tui_once(model: Path, env: dict[str, str], tmp: Path) -> tuple[float, float]:
-    """(first paint, model ready) in seconds after the launch of ``tokchat --model MODEL`` in tmux."""
+def tui_once(model: Path | None, env: dict[str, str], tmp: Path) -> tuple[float, float]:
+    """(first paint, model ready) in seconds after the launch of ``tokchat --model MODEL`` in tmux.
+
+    ``model`` None runs the bare Textual app instead (ready = painted).
+    """
     tmux = Tmux(tmp)
-    command = f"{sys.executable} -m app --model {model}; sleep 30"
+    if model is None:
+        script = tmp / "minimal_textual.py"
+        script.write_text(TEXTUAL_MINIMAL)
+        command = f"{sys.executable} {script}; sleep 30"
+    else:
+        command = f"{sys.executable} -m app --model {model}; sleep 30"
     # the server first: its start-up is not tokchat's
     subprocess.run(["tmux", "-S", tmux.socket, "new-session", "-d", "-s", "idle", "-x", "110", "-y", "34"],
                    check=True, env=env)
@@ -225,7 +244,7 @@ def tui_once(model: Path, env: dict[str, str], tmp: Path) -> tuple[float, float]
             now = time.perf_counter() - t0
             if paint is None and "tokchat ·" in screen:
                 paint = now
-            if " on CPU · " in screen:
+            if " on CPU · " in screen or (model is None and paint is not None):
                 ready = now
             if time.perf_counter() > deadline:
                 raise SystemExit(f"the TUI did not get ready; the screen was:\n{screen}")
@@ -242,16 +261,20 @@ def bench_tui(rounds: int, env: dict[str, str]) -> list[str]:
     env = {**env, "TERM": "xterm-256color"}
     with tempfile.TemporaryDirectory() as tmp:
         tui_once(model, env, Path(tmp))  # warm-up
+        tui_once(None, env, Path(tmp))
         measure(load, env)
-        paints, readies, loads = [], [], []
+        paints, readies, loads, bare = [], [], [], []
         for _ in range(rounds):
             paint, ready = tui_once(model, env, Path(tmp))
             paints.append(paint)
             readies.append(ready)
+            bare.append(tui_once(None, env, Path(tmp))[0])
             loads.append(measure(load, env)["wall"])
     paint, ready, engine = statistics.median(paints), statistics.median(readies), statistics.median(loads)
-    return [f"| TUI first paint (tmux, polled every 20 ms) | {paint:.2f} s | - | - |",
-            f"| TUI model ready (engine: import + `Llama(...)` as a whole process) | {ready:.2f} s "
+    floor = statistics.median(bare)
+    return [f"| TUI first paint (tmux, polled every 20 ms; peer: a bare Textual app with one Static) "
+            f"| {paint:.2f} s | {floor:.2f} s | {paint - floor:+.2f} s |",
+            f"| TUI model ready (peer: import + `Llama(...)` as a whole process) | {ready:.2f} s "
             f"| {engine:.2f} s | {ready - engine:+.2f} s |",
             f"<!-- first paint {min(paints):.2f}-{max(paints):.2f} s, ready {min(readies):.2f}-{max(readies):.2f} s -->"]
 
