@@ -40,6 +40,9 @@ from tokenizer.think import ThinkFilter
 END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<｜end▁of▁sentence｜>", "<|endoftext|>")
 #: the least room a reply must have, or the message is refused
 MIN_REPLY_TOKENS = 32
+#: replies that keep the exact prompt they answered (the token inspector's per-message view); older
+#: ones drop it, so a long conversation's memory stays flat instead of growing by a whole prompt a turn
+RECORDS_KEPT = 8
 
 
 @dataclass
@@ -344,8 +347,19 @@ class ChatSession:
         self.last_record = self._record(prompt, turn.reply_ids)
         self.messages.append(ChatMessage("assistant", "".join(turn.content), "".join(turn.reasoning),
                                          stats, turn.finish, self.last_record))
+        self._forget_old_records()
         self._builder.remember(prompt, turn.reply_ids)
         return stats
+
+    def _forget_old_records(self) -> None:
+        """Keep the sent prompt on the newest :data:`RECORDS_KEPT` replies only (see there)."""
+        kept = 0
+        for message in reversed(self.messages):
+            if message.record is None:
+                continue
+            kept += 1
+            if kept > RECORDS_KEPT:
+                message.record = None
 
     def _stats(self, turn: _Turn, prompt: BuiltPrompt | None, finish: str) -> TurnStats:
         info = self.backend.info
