@@ -385,6 +385,28 @@ class ChatSession:
         return PromptRecord(prompt, tuple(system + self.messages[self._window:]),
                             tuple(self.messages[: self._window]), tuple(reply_ids), self.context_size)
 
+    def rebuilt_record(self, reply_index: int) -> PromptRecord:
+        """The prompt that answered ``messages[reply_index]``, rebuilt from the stored text.
+
+        For turns whose ids were not recorded (a chat resumed from the
+        history): the whole path before the reply, rendered and encoded as
+        the next turn would send it; the reply ids are its text encoded.
+        No overflow policy is applied, so the prompt may be longer than the
+        context was.
+        """
+        from templates import prompt_ids
+
+        before = self.messages[:reply_index]
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        messages += [_template_message(m) for m in before]
+        rendered = self.template.render(messages, add_generation_prompt=True,
+                                        enable_thinking=self.enable_thinking, tools=self.tools)
+        prompt = BuiltPrompt(rendered, prompt_ids(self.tokenizer, rendered), 0)
+        system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+        reply = self.messages[reply_index]
+        return PromptRecord(prompt, tuple(system + before), (), tuple(self.tokenizer.encode(reply.content)),
+                            self.context_size)
+
     def token_count(self, text: str) -> int:
         """Plain token count of a message's text (cached; how dropped turns are sized)."""
         return self._count(text)

@@ -5,7 +5,8 @@ A mixin of :class:`~app.tui.app.ChatApp`.  The inspector shows the
 default; a double click on a reply opens the prompt that reply answered,
 and on a user message the prompt that message was sent in, with its ids
 selected.  Turns loaded from the history have no record (their ids were
-not stored): the inspector says so in one line.
+not stored): their prompt is rebuilt from the stored text, and the title
+says so.
 """
 from __future__ import annotations
 
@@ -39,8 +40,7 @@ class InspectorMixin:
             return
         record, focus, title = self._record_for(session, message)
         if record is None:
-            self.notify("No turn to inspect yet: the inspector shows the ids of a turn sent in this session "
-                        "(turns loaded from the history keep their text, not their ids)", severity="warning")
+            self.notify("No turn to inspect yet: send a message first", severity="warning")
             return
         draft = self.prompt_input.text
         draft_tokens = session.draft_tokens(draft) if draft.strip() and not draft.lstrip().startswith("/") else 0
@@ -52,22 +52,32 @@ class InspectorMixin:
 
     @staticmethod
     def _record_for(session: Any, message: Any) -> tuple[Any, int | None, str]:
-        """The record to show for ``message`` (None: the last turn), the message's index in it, a title."""
+        """The record to show for ``message`` (None: the last turn), the message's index in it, a title.
+
+        A reply without a record (a resumed chat) gets one rebuilt from the
+        stored text, and the title says so.
+        """
         messages = session.messages
-        replies = [m for m in messages if m.role == "assistant" and getattr(m, "record", None) is not None]
+        replies = [i for i, m in enumerate(messages) if m.role == "assistant"]
+        if not replies:
+            return None, None, ""
         if message is None:
-            record = replies[-1].record if replies else None
-            return record, None, f"turn {len(replies)}" if record else ""
-        index = next((i for i, m in enumerate(messages) if m is message), None)
-        if index is None:
-            return None, None, ""
-        after = [m for m in messages[index:] if m.role == "assistant" and getattr(m, "record", None)]
-        record = after[0].record if after else None
+            reply_index = replies[-1]
+        else:
+            index = next((i for i, m in enumerate(messages) if m is message), None)
+            if index is None:
+                return None, None, ""
+            reply_index = next((i for i in replies if i >= index), None)
+            if reply_index is None:
+                return None, None, ""
+        turn = replies.index(reply_index) + 1
+        record = messages[reply_index].record
+        title = f"turn {turn}"
         if record is None:
-            return None, None, ""
-        focus = next((i for i, m in enumerate(record.messages) if m is message), None)
-        turn = next(n for n, m in enumerate(replies, start=1) if m is after[0])
-        return record, focus, f"turn {turn}"
+            record = session.rebuilt_record(reply_index)
+            title += " (rebuilt from the stored text: its ids were not recorded)"
+        focus = next((i for i, m in enumerate(record.messages) if m is message), None) if message else None
+        return record, focus, title
 
     def message_for_widget(self, widget: Any) -> Any:
         """The session message a chat widget shows (matched from the newest end, by role)."""

@@ -72,3 +72,26 @@ async def test_regenerate_twice_switch_continue_and_resume_after_restart(scripte
             "Question?", "First answer.", "Tell me more", "Follow-up answer.", "Go on", "Later."]
         assert sorted(m.content for m in store.load(conv_id).branches) == ["Second answer.", "Third answer."]
     fresh.close()
+
+
+async def test_an_edited_prompt_keeps_the_old_one_as_a_sibling(scripted_app, store):
+    from app.tui.widgets.user_message import UserMessage
+
+    app = scripted_app(["Old reply.", "New reply."])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "Old prompt")
+        await wait_reply(pilot)
+        await pilot.press("ctrl+g")
+        app.prompt_input.load_text("New prompt")
+        await pilot.press("enter")
+        await wait_reply(pilot)
+        await pilot.pause()
+        assert [w.text for w in app.query(UserMessage)] == ["New prompt"] and label(app) == "2/2"
+        app.prompt_input.blur()
+        await pilot.press("alt+left")
+        await pilot.pause()
+        assert [w.text for w in app.query(UserMessage)] == ["Old prompt"] and shown(app) == ["Old reply."]
+        stored = store.load(app.recorder.conversation_id)
+        assert [m.content for m in stored.messages] == ["Old prompt", "Old reply."]
+        assert [m.content for m in stored.branches] == ["New prompt", "New reply."]

@@ -208,3 +208,37 @@ async def test_real_model_inspector_numbers_equal_the_session(real_app):
             stats.prompt_tokens, stats.completion_tokens, stats.context_used)
         assert parts.used == app.session.context_used
         assert sum(p.dropped for p in parts.parts) == stats.dropped_turns
+
+
+async def test_a_resumed_chat_shows_its_turns_rebuilt_from_the_stored_text(smollm_path, store, scripted_app):
+    from app.store import ChatStore
+    from templates import prompt_ids
+
+    app = scripted_app(["Fine.", "Sure."])
+    async with app.run_test(size=SIZE_80) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "First question")
+        await wait_reply(pilot)
+        await send(pilot, "Second question")
+        await wait_reply(pilot)
+        sent = list(app.session.last_record.ids)
+        conv_id = app.recorder.conversation_id
+    fresh = ChatStore(store.path)
+    again = ChatApp(ChatOptions(model=str(smollm_path), theme="textual-dark"),
+                    loader=scripted_loader(smollm_path, ["Ok."]), stats_filter=stable_timings, store=fresh)
+    async with again.run_test(size=SIZE_80) as pilot:
+        await wait_loaded(pilot)
+        await again.resume_conversation(conv_id)
+        await pilot.pause()
+        await pilot.press("f2")
+        await pilot.pause()
+        screen = again.screen
+        assert isinstance(screen, TokenInspector)
+        assert "rebuilt from the stored text" in str(screen.query_one("#inspector-title").render())
+        session = again.session
+        rendered = session.template.render(
+            [{"role": m.role, "content": m.content} for m in session.messages[:-1]])
+        assert screen.record.ids == prompt_ids(session.tokenizer, rendered)
+        assert screen.record.ids == sent  # here the text gives back the very ids the first app sent
+        assert sum(p.tokens for p in screen.breakdown.parts) == len(screen.record.ids)
+    fresh.close()
