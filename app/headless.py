@@ -136,6 +136,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
 
 def _open_tools(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> Any:
     """The chat's tools (None without ``--tools``); intermediate messages go to the history."""
+    if options.tools is None or not options.tools.selected():
+        return None  # no tools: the MCP client (and asyncio with it) is never imported
     from app.tools.setup import open_tools
 
     def on_message(message: ChatMessage) -> None:

@@ -8,9 +8,10 @@ naming the file and the key, like every other setting.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.tools.mcp_client import ServerConfig
+if TYPE_CHECKING:  # the client (and asyncio with it) is imported only when a server is configured
+    from app.tools.mcp_client import ServerConfig
 
 _SERVER_KEYS = {"command": str, "args": list, "env": dict, "cwd": str, "url": str, "headers": dict}
 
@@ -58,6 +59,8 @@ def parse_servers(source: str, table: Any) -> dict[str, ServerConfig]:
 
     if not table:
         return {}
+    from app.tools.mcp_client import ServerConfig
+
     if not isinstance(table, dict) or set(table) - {"servers"}:
         raise ConfigError(f"{source}: [mcp] holds only [mcp.servers.NAME] tables")
     servers = table.get("servers", {})
