@@ -331,6 +331,8 @@ class RemoteBackend:
                         break
                 if not ids and count is not None:
                     expected = count
+            if self._cancel.is_set():
+                return  # cancel() closed the stream: its end is ours, not the server's
             if ended and parser.finished():
                 expected = parser.counts.completion_tokens
                 yield from self._recover_tail(prompt, sampling, seed, received)

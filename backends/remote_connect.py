@@ -117,6 +117,17 @@ def check_vocabulary(backend: RemoteBackend, tokenizer: Any, source: str) -> Non
             f"{len(expected)}; first difference at id #{at} (server {server_id}, tokchat {our_id}); {fix}")
 
 
+def _hf_cached(repo: str, filename: str) -> Any:
+    """``filename`` of ``repo`` in the Hugging Face cache named by the environment as it is now."""
+    import os
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cache = os.environ.get("HF_HUB_CACHE") or (
+        str(Path(os.environ["HF_HOME"]) / "hub") if os.environ.get("HF_HOME") else constants.HF_HUB_CACHE)
+    return try_to_load_from_cache(repo, filename, cache_dir=cache)
+
+
 def server_tokenizer_source(server: ServerInfo) -> Path:
     """A local tokenizer for what ``server`` serves: the same file here, or the HF cache."""
     name = server.model
@@ -125,9 +136,7 @@ def server_tokenizer_source(server: ServerInfo) -> Path:
         return path
     repo = name.strip("/") if name else ""
     if repo.count("/") == 1 and not Path(repo).is_absolute():
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(repo, "tokenizer.json")
+        cached = _hf_cached(repo, "tokenizer.json")
         if isinstance(cached, str):
             return Path(cached).parent
         hint = (f"or fetch its tokenizer once: `hf download {repo} tokenizer.json tokenizer_config.json`")

@@ -389,3 +389,15 @@ def test_doctor_reports_the_server(smollm_path, server_factory, capsys):
     assert "llamacpp" in out and "smollm2.gguf" in out and "49152 tokens" in out and "ids are ours" in out
     assert main(["doctor", "--server", server.url, "--json"]) == 0
     assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_vocab_only_gguf_is_enough_for_the_tokenizer(qwen_path, llamacpp_models_dir, server_factory):
+    server = server_factory(qwen_path)
+    vocab_only = llamacpp_models_dir / "ggml-vocab-qwen2.gguf"  # no weights: tokenizer and metadata only
+    session = remote_session(server.url, vocab_only)
+    try:
+        assert "vocabulary check passed: the server's ids are ours" in session.backend.info.notes
+        stats = chat(session, "What is 2+2?")
+        assert stats.verified and stats.completion_tokens > 0
+    finally:
+        session.backend.close()

@@ -66,3 +66,22 @@ def test_an_unverified_turn_says_so_under_the_reply():
 
     assert "unverified" in stats_line(TurnStats(completion_tokens=3, verified=False))
     assert "unverified" not in stats_line(TurnStats(completion_tokens=3))
+
+
+@pytest.mark.slow
+async def test_escape_closes_the_stream_and_the_server_stops(server, store, smollm_path):
+    from tui_helpers import wait_for
+
+    options = ChatOptions(model=str(smollm_path), server=RemoteSettings(url=server.url), theme="textual-dark",
+                          ctx=512, sampling=SamplingParams(temperature=0.0, max_tokens=300, seed=1))
+    app = ChatApp(options, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "Count from 1 to 200, one number per line.")
+        await wait_for(pilot, lambda: server.slots()[0]["next_token"][0]["n_decoded"] >= 5, what="a few tokens")
+        await pilot.press("escape")
+        await wait_reply(pilot)
+        stats = app.session.messages[-1].stats
+        assert stats.finish_reason == "cancelled" and 0 < stats.completion_tokens < 300
+        await wait_for(pilot, lambda: not server.slots()[0]["is_processing"], 10, what="the server to stop")
+        assert server.slots()[0]["next_token"][0]["n_decoded"] < 150
