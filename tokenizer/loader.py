@@ -154,7 +154,7 @@ def make_merger(merges: object, ids: dict[str, int], first_wins: bool, raw: dict
     if build is not None and tokens_raw is not None and merges_raw is not None and merges_raw[1] == len(merges):
         try:
             return build(*tokens_raw, *merges_raw, BYTE_TO_CHAR, first_wins)
-        except ValueError:
+        except (ValueError, TypeError):
             # the string-based constructor decides, exactly as without the raw arrays
             return _merger_from_strings(accel, merges, ids, first_wins)
     return _merger_from_strings(accel, merges, ids, first_wins)
