@@ -1,6 +1,6 @@
 """``tokchat tokenize``: text to token ids with tokchat's own tokenizer.
 
-    tokchat tokenize --model PATH [--special] [--pieces] [--jsonl] [TEXT]
+    tokchat tokenize --model PATH [--special] [--add-special] [--pieces] [--jsonl] [TEXT]
 
 Without TEXT the text is read from stdin, exactly as given (a trailing
 newline is part of it).  Output: one JSON array of ids; with ``--pieces`` one
@@ -52,11 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--special", action="store_true", help="turn special-token text into special ids")
     parser.add_argument("--pieces", action="store_true", help="one line per token: ID<TAB>PIECE")
+    parser.add_argument("--add-special", action="store_true",
+                        help="frame the ids as the model expects, like llama.cpp's add_special "
+                             "(BERT: [CLS] ... [SEP]; others: BOS/EOS as the vocabulary asks)")
     parser.add_argument("--jsonl", action="store_true", help="stdin lines are JSON strings; print one id array per line")
     parser.add_argument("text", nargs="?", help="the text (default: read stdin)")
 
 
-def _jsonl(tok, special: bool) -> int:
+def _jsonl(tok, special: bool, add_special: bool = False) -> int:
     for n, line in enumerate(sys.stdin, start=1):
         if not line.strip():
             continue
@@ -66,7 +69,8 @@ def _jsonl(tok, special: bool) -> int:
             raise CLIError(f"stdin line {n} is not JSON: {exc.msg}") from None
         if not isinstance(text, str):
             raise CLIError(f"stdin line {n} must be a JSON string, not {type(text).__name__}")
-        print(json.dumps(tok.encode(text, special=special)))
+        ids = tok.encode(text, special=special)
+        print(json.dumps(tok.with_special(ids) if add_special else ids))
     return 0
 
 
@@ -75,9 +79,11 @@ def run(args: argparse.Namespace) -> int:
     if args.jsonl:
         if args.text is not None:
             raise CLIError("--jsonl reads stdin; leave out TEXT")
-        return _jsonl(tok, args.special)
+        return _jsonl(tok, args.special, args.add_special)
     text = args.text if args.text is not None else sys.stdin.read()
     ids = tok.encode(text, special=args.special)
+    if args.add_special:
+        ids = tok.with_special(ids)
     if args.pieces:
         for tid in ids:
             print(f"{tid}\t{piece_text(tok, tid)}")

@@ -71,3 +71,12 @@ def test_info_and_doctor_name_the_speed_path(capsys, monkeypatch, llamacpp_model
     code, out, _ = _run(capsys, ["doctor", "--json"])
     assert json.loads(out)["tokenizer"] in ("C accelerator (tokenizer._accel)",
                                             "pure Python (the C accelerator is not built: no C compiler at install time)")
+
+
+def test_add_special_frames_like_llama_cpp(capsys, llamacpp_models_dir):
+    """Counting tokens for an embedding model: ``--add-special`` gives what the model sees."""
+    for name in ("ggml-vocab-bert-bge.gguf", "ggml-vocab-nomic-bert-moe.gguf"):
+        model = llamacpp_models_dir / name
+        text = "How many tokens does this chunk take?"
+        code, out, _ = _run(capsys, ["tokenize", "--add-special", "-m", str(model), text])
+        assert code == 0 and json.loads(out) == llama(str(model)).tokenize(text.encode(), add_bos=True, special=False)
