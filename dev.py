@@ -5,7 +5,7 @@
     python3 dev.py test [pytest args...]    # venv + test extras + test assets, then the whole suite
 
 Both are idempotent: the environment is (re)installed only when
-``pyproject.toml`` changed since the last install, so a second run starts
+``pyproject.toml`` or the C accelerator's sources changed since the last install, so a second run starts
 at once.  The first run says what each long step is and about how long it
 takes, and shows pip's own progress for those steps.
 """
@@ -29,7 +29,10 @@ ENGINE = "llama-cpp-python"
 
 
 def _stamp(extras: str) -> str:
+    # the tokenizer's C accelerator is compiled by the install: a changed source must rebuild it
+    sources = sorted((ROOT / "tokenizer").glob("_accel*.[ch]")) + [ROOT / "setup.py"]
     text = (ROOT / "pyproject.toml").read_bytes() + extras.encode() + BUNDLED_MODEL.encode()
+    text += b"".join(p.read_bytes() for p in sources if p.is_file())
     return hashlib.sha256(text).hexdigest()
 
 
@@ -64,7 +67,7 @@ def ensure_env(extras: str) -> None:
     _pip("install", "--quiet", "--upgrade", "pip")
     what = f"tokchat with its {extras} extras" if extras else "tokchat"
     if _installed(ENGINE):
-        _say(f"installing {what} (pyproject.toml changed; {ENGINE} is already built: about a minute) ...")
+        _say(f"installing {what} (pyproject.toml or the C accelerator changed; {ENGINE} is already built: about a minute) ...")
     else:
         more = " and the test extras (OpenVINO, MLX, HF tokenizers: the venv ends up near 900 MB)" if extras == "test" else ""
         _say(f"installing {what}: pip downloads the dependencies{more} and compiles llama.cpp from source "
