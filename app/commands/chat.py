@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     think.add_argument("--no-think", dest="think", action="store_false", help="disable thinking")
     add("--show-thinking", action="store_true", default=None, help="headless: print the reasoning too (to stderr)")
     add("--stats", action="store_true", default=None, help="headless: one JSON line of turn stats on stderr")
-    add("--tools", help="give the model the tools of these MCP servers: all | NAME,NAME (see [mcp.servers])")
+    add("--tools", help="give the model the tools of these MCP servers: all | SERVER,SERVER.TOOL,... "
+        "(see [mcp.servers])")
     add("--approve-tools", action="store_true", default=None,
         help="run every tool call without asking (headless runs; see tools.auto_approve)")
     add("--no-history", dest="history", action="store_false", default=None,

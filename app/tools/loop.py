@@ -25,6 +25,7 @@ are replaced by these, so history and /stats count every tool token.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -52,7 +53,7 @@ Approver = Callable[[ToolCall, str], str]
 
 @dataclass
 class ToolOutcome:
-    """What became of one call: ``status`` ok | error | denied | malformed | unknown | skipped."""
+    """What became of one call: ``status`` ok | error | denied | malformed | unknown | repeat | skipped."""
 
     call: ToolCall
     server: str
@@ -82,6 +83,8 @@ class ToolLoop:
         for tool in tools:
             self.tools.setdefault(tool.name, tool)
         self.always: set[str] = set()
+        #: (name, arguments as JSON) of the calls run this turn: a repeat is answered, not run again
+        self._answered: dict[tuple[str, str], str] = {}
         self._cancel = threading.Event()
         session.tools = [t.schema() for t in self.tools.values()] if self.tools else None
 
@@ -103,6 +106,7 @@ class ToolLoop:
     def run(self, first_step: Iterator[ReplyEvent]) -> Iterator[ReplyEvent]:
         """Run a turn whose first step is ``first_step`` (``send``, ``regenerate``, ``edit_last_user``)."""
         self._cancel.clear()
+        self._answered = {}
         started = time.monotonic()
         steps: list[TurnStats] = []
         call_tokens = result_tokens = 0
@@ -189,6 +193,10 @@ class ToolLoop:
                                     f"error: there is no tool named {call.name!r} (tools: {offered})")
         elif self._cancel.is_set():
             outcome = self._outcome(call, server, "skipped", "error: the user stopped the turn; not run")
+        elif _key(call) in self._answered:
+            # small models repeat a call they have the answer to; running it again loops the turn
+            outcome = self._outcome(call, server, "repeat", "This exact call was already made in this turn; its "
+                                    f"result was: {self._answered[_key(call)]}\nAnswer the user with it now.")
         else:
             decision = self._decide(call, server)
             if decision == DENY:
@@ -196,6 +204,8 @@ class ToolLoop:
             else:
                 result = self.toolbox.call(server, call.name, call.arguments, self.settings.call_timeout_s)
                 outcome = self._outcome(call, server, "error" if result.is_error else "ok", result.text)
+                if not result.is_error:
+                    self._answered[_key(call)] = outcome.text
         if outcome.truncated_from:
             yield ReplyEvent("notice", f"the result of {call.name} was {outcome.truncated_from} tokens; "
                              f"kept the first {self.settings.result_tokens} (tools.result_tokens)")
@@ -227,6 +237,10 @@ class ToolLoop:
             last, new_prompt_tokens=sum(s.new_prompt_tokens for s in steps), completion_tokens=completion,
             reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
             tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps))
+
+
+def _key(call: ToolCall) -> tuple[str, str]:
+    return call.name, json.dumps(call.arguments, sort_keys=True)
 
 
 def fit_result(tokenizer: Any, text: str, budget: int) -> tuple[str, int, int]:

@@ -30,13 +30,23 @@ class ToolSettings:
     call_timeout_s: float = 60.0
 
     def selected(self) -> list[str]:
-        """The server names whose tools the model gets."""
+        """The server names whose tools the model gets (``SERVER.TOOL`` entries name their server)."""
         value = self.enabled.strip()
         if not value:
             return []
         if value == "all":
             return list(self.servers)
-        return [n.strip() for n in value.split(",") if n.strip()]
+        names = [n.strip().split(".", 1)[0] for n in value.split(",") if n.strip()]
+        return list(dict.fromkeys(names))
+
+    def allows(self, server: str, tool: str) -> bool:
+        """Whether ``tool`` of ``server`` is given to the model (``SERVER`` gives all its tools)."""
+        entries = [n.strip() for n in self.enabled.split(",") if n.strip()]
+        return self.enabled.strip() == "all" or server in entries or f"{server}.{tool}" in entries
+
+    def chosen(self, tools: list) -> list:
+        """``tools`` (ToolInfo) narrowed to the ones enabled."""
+        return [t for t in tools if self.allows(t.server, t.name)]
 
     def unknown(self) -> list[str]:
         return [n for n in self.selected() if n not in self.servers]

@@ -41,7 +41,7 @@ def open_tools(settings: ToolSettings | None, session: Any, *, approve: Approver
     hub = McpHub([settings.servers[n] for n in names], call_timeout_s=settings.call_timeout_s)
     for line in hub.start(names).values():
         notify(f"{line}; the chat goes on without its tools")
-    tools = hub.tools(names)
+    tools = settings.chosen(hub.tools(names))
     loop = ToolLoop(session, hub, tools, approve=approve, settings=settings, on_message=on_message)
     if not tools:
         hub.close()

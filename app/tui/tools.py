@@ -51,7 +51,7 @@ class ToolsMixin:
         names = [n for n in settings.selected() if n in settings.servers]
         hub = McpHub([settings.servers[n] for n in names], call_timeout_s=settings.call_timeout_s)
         lines += [f"{line}; the chat goes on without its tools" for line in hub.start(names).values()]
-        self.call_from_thread(self._servers_ready, hub, hub.tools(names), lines)
+        self.call_from_thread(self._servers_ready, hub, settings.chosen(hub.tools(names)), lines)
 
     async def _servers_ready(self, hub: Any, tools: list, lines: list[str]) -> None:
         self.tool_hub, self.tool_infos = hub, tools

@@ -15,7 +15,8 @@ from textual.widgets import Collapsible, Static
 from app.tools.display import printable
 
 _STATUS_TEXT = {"ok": "ok", "error": "failed", "denied": "denied", "malformed": "malformed, not run",
-                "unknown": "unknown tool, not run", "skipped": "not run"}
+                "unknown": "unknown tool, not run", "skipped": "not run",
+                "repeat": "repeated, answered from the first call"}
 
 
 class ToolCallBlock(Collapsible):

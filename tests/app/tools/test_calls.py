@@ -177,3 +177,15 @@ def test_bare_parallel_calls_and_a_bare_opening_in_the_stream(qwen):
         ("call", ' ```json\n{"name"')]
     assert splitter.bare
     assert _split(HERMES, ["```py", "thon\nprint(1)\n```"]) == [("content", "```python\nprint(1)\n```")]
+
+
+def test_enabled_names_servers_and_single_tools():
+    from app.tools.mcp_client import ToolInfo
+    from app.tools.settings import ToolSettings
+
+    tools = [ToolInfo("time", "get_current_time", "", {}), ToolInfo("time", "convert_time", "", {}),
+             ToolInfo("test", "add", "", {}), ToolInfo("test", "echo", "", {})]
+    narrow = ToolSettings(enabled="time.get_current_time, test", servers={})
+    assert narrow.selected() == ["time", "test"]
+    assert [t.name for t in narrow.chosen(tools)] == ["get_current_time", "add", "echo"]
+    assert ToolSettings(enabled="all").chosen(tools) == tools

@@ -169,3 +169,13 @@ def test_a_hostile_result_stays_plain_text(qwen, hub):
     shown = next(e for e in events if e.kind == "tool_result").text
     assert "\x1b" not in printable(shown) and "\x07" not in printable(shown)
     assert "\\x1b[2J" in printable(shown)
+
+
+def test_a_repeated_call_is_answered_from_the_first_result(qwen, hub):
+    loop, script, asked = make_loop(qwen, hub, [call_text("add", {"a": 5, "b": 5}), call_text("add", {"b": 5, "a": 5}),
+                                                "Ten."])
+    events = run(loop, "5+5")
+    outcomes = [e.data for e in events if e.kind == "tool_result"]
+    assert [o.status for o in outcomes] == ["ok", "repeat"] and asked == [("test", "add")]
+    assert "its result was: 10" in outcomes[1].text
+    assert loop.session.messages[-1].content == "Ten."

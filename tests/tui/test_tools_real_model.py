@@ -1,0 +1,77 @@
+"""The real Qwen2.5-Coder-0.5B (llama.cpp, CPU, greedy) asks mcp-server-time for the time in the TUI.
+
+Everything is real: the model and its own chat template, our tokenizer, the
+MCP client, the ``mcp-server-time`` package, the approval dialog (answered
+with a key press).  Asked "What time is it in Tokyo right now?" with the
+default system prompt, the model calls ``get_current_time`` for
+``Asia/Tokyo`` (as a bare JSON block, which the Hermes parser accepts); the
+result goes back as a ``tool`` message, and the turn's counts include every
+id of the call and of the result.  What the 0.5B model does *after* the
+result is recorded in the README (it repeats the call instead of
+answering; the loop answers the repeat from the first result and stops at
+``max_steps``): this test pins the protocol, not the model's skill.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
+
+from app.options import ChatOptions
+from app.tools.mcp_client import ServerConfig
+from app.tools.settings import ToolSettings
+from app.tui.app import ChatApp
+from app.tui.widgets.tool_approval import ToolApprovalScreen
+from app.tui.widgets.tool_call_block import ToolCallBlock
+from backends.base import SamplingParams
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+async def test_qwen_asks_mcp_server_time_and_every_tool_token_is_counted(qwen_path: Path, store):
+    time_server = ServerConfig("time", sys.executable, ("-m", "mcp_server_time", "--local-timezone", "UTC"))
+    tools = ToolSettings(enabled="time.get_current_time", servers={"time": time_server}, max_steps=3)
+    options = ChatOptions(model=str(qwen_path), backend="cpu", ctx=2048, tools=tools,
+                          sampling=SamplingParams(temperature=0.0, max_tokens=64, seed=1))
+    app = ChatApp(options, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        assert app.chat is not None, app.query_one("ModelBar").text
+        await wait_for(pilot, lambda: app.tool_infos, 60, "mcp-server-time's tools")
+        assert [t.name for t in app.tool_infos] == ["get_current_time"]
+
+        await send(pilot, "What time is it in Tokyo right now?")
+        await wait_for(pilot, lambda: isinstance(app.screen, ToolApprovalScreen), 300, "the approval dialog")
+        screen = app.screen
+        assert (screen.server, screen.tool, screen.arguments) == ("time", "get_current_time", {"timezone": "Asia/Tokyo"})
+        await pilot.press("y")
+        await wait_reply(pilot, 600)
+
+        messages = app.session.messages
+        assert [m.role for m in messages[:3]] == ["user", "assistant", "tool"]
+        call = messages[1].tool_calls[0]
+        assert call["function"] == {"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}
+        result = messages[2]
+        assert result.tool_call_id == call["id"] and json.loads(result.content)["timezone"] == "Asia/Tokyo"
+        first = app.query(ToolCallBlock).first()
+        assert first.status == "ok" and "Asia/Tokyo" in str(first.result_text.render())
+
+        # the result reached the model: the next step's prompt holds its text, encoded by our tokenizer
+        assert result.content in app.session.last_prompt.text
+
+        # every id counted: steps, call ids (from the reply ids), result tokens
+        tok = app.chat.tokenizer
+        stats = messages[-1].stats
+        steps = [m for m in messages if m.role == "assistant"]
+        assert stats.model_steps == len(steps) and 2 <= stats.model_steps <= 3
+        assert stats.completion_tokens == sum(len(m.record.reply_ids) for m in steps)
+        results = [m for m in messages if m.role == "tool"]
+        assert stats.tool_result_tokens == sum(len(tok.encode(m.content)) for m in results)
+        call_steps = [m for m in steps if m.tool_calls]
+        assert stats.tool_call_tokens >= sum(len(m.record.reply_ids) - 1 for m in call_steps) > 0
+        assert app.meter.used == app.session.context_used == stats.context_used
+        stored = store.load(app.recorder.conversation_id).messages
+        assert [m.role for m in stored] == [m.role for m in messages]
