@@ -28,6 +28,7 @@ from tokenizer.bytelevel import from_byte_chars, to_byte_chars
 from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf_vocab import eog_by_text
+from tokenizer.json_float import serde_float
 from tokenizer.loader import make_merger
 from tokenizer.specials import HFSpecialSplitter, SpecialToken
 
@@ -51,10 +52,11 @@ def _normalizer(spec: Any) -> Callable[[str], str] | None:
         return lambda s, form=kind: unicodedata.normalize(form, s)
     if kind == "Lowercase":
         return str.lower
-    if kind in ("BertNormalizer", "Replace"):
-        from tokenizer.hf_merge_free import bert_normalizer, replace_normalizer
+    if kind in ("BertNormalizer", "Replace", "Precompiled"):
+        from tokenizer.hf_merge_free import bert_normalizer, precompiled_normalizer, replace_normalizer
 
-        return bert_normalizer(spec) if kind == "BertNormalizer" else replace_normalizer(spec)
+        return {"BertNormalizer": bert_normalizer, "Replace": replace_normalizer,
+                "Precompiled": precompiled_normalizer}[kind](spec)
     if kind == "Sequence":
         funcs = [f for f in (_normalizer(n) for n in spec.get("normalizers", [])) if f is not None]
 
@@ -161,18 +163,14 @@ def _token_text(value: Any) -> str | None:
 def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
     """A tokenizer matching HF ``tokenizers`` for ``tokenizer.json`` at ``path``."""
     path = Path(path)
-    data = _read_json(path)
+    # numbers read as HF's JSON parser reads them (Unigram scores break ties on the last bit; see json_float)
+    data = _read_json(path, parse_float=serde_float)
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise TokenizerError(f"{path} is not a tokenizer.json (no model section)")
     model = data["model"]
     if model.get("type") in ("WordPiece", "Unigram"):
         from tokenizer.hf_merge_free import load_merge_free
 
-        if model["type"] == "Unigram":
-            from tokenizer.json_float import serde_float
-
-            # scores read digit for digit as HF's JSON parser reads them (see json_float)
-            data = _read_json(path, parse_float=serde_float)
         config_path = path.parent / "tokenizer_config.json"
         return load_merge_free(path, data, _normalizer(data.get("normalizer")),
                                _read_json(config_path) if config_path.is_file() else {})

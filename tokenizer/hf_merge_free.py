@@ -19,8 +19,10 @@ Pieces (each as the Rust crate does it, which is not always llama.cpp's way):
   fused into one piece, then ``byte_fallback`` to ``<0xXX>`` tokens.
 * ``Replace`` normalizers (string or regex) besides NFC/NFD/NFKC/NFKD/Lowercase.
 
-Not supported (refused by name): the ``Precompiled`` normalizer (HF applies
-it per grapheme cluster), Metaspace's ``prepend_scheme: first``,
+* ``Precompiled`` (T5, XLM-R, ...): the SentencePiece charsmap per grapheme
+  cluster, as ``spm_precompiled`` does it.
+
+Not supported (refused by name): Metaspace's ``prepend_scheme: first``,
 ``Split``/``ByteLevel`` pre-tokenizers with these models.
 """
 from __future__ import annotations
@@ -92,6 +94,53 @@ def replace_normalizer(spec: dict) -> Callable[[str], str]:
             raise TokenizerError(f"tokenizer.json Replace regex does not compile: {exc}") from None
         return lambda s: rx.sub(lambda m: content, s)
     raise TokenizerError("tokenizer.json Replace without a String or Regex pattern")
+
+
+_GRAPHEME = regex.compile(r"\X")
+
+
+def precompiled_normalizer(spec: dict) -> Callable[[str], str]:
+    """HF's ``Precompiled``: SentencePiece's charsmap applied per grapheme cluster.
+
+    A cluster shorter than 6 UTF-8 bytes is replaced whole when some key
+    starts it (the shortest such key's replacement, as ``spm_precompiled``
+    does, even if that key covers only part of the cluster); otherwise each
+    character is looked up on its own.
+    """
+    import base64
+    import binascii
+
+    from tokenizer.unigram import CharsMap
+
+    try:
+        blob = base64.b64decode(spec.get("precompiled_charsmap") or "", validate=True)
+        charsmap = CharsMap(blob) if blob else None
+    except (binascii.Error, ValueError) as exc:
+        raise TokenizerError(f"tokenizer.json Precompiled charsmap is unreadable: {exc}") from None
+    if charsmap is None:
+        return lambda s: s
+    cache: dict[str, str] = {}
+
+    def cluster(g: str) -> str:
+        out = cache.get(g)
+        if out is None:
+            whole = charsmap.shortest_prefix(g) if len(g.encode("utf-8", "surrogatepass")) < 6 else None
+            if whole is not None:
+                out = whole
+            else:
+                parts = []
+                for ch in g:
+                    r = charsmap.shortest_prefix(ch)
+                    parts.append(ch if r is None else r)
+                out = "".join(parts)
+            if len(cache) < 100_000:
+                cache[g] = out
+        return out
+
+    def run(s: str) -> str:
+        return "".join(map(cluster, _GRAPHEME.findall(s)))
+
+    return run
 
 
 # -- pre-tokenizers ------------------------------------------------------------------

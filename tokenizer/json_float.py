@@ -11,13 +11,22 @@ segmentation as HF we read scores the same way.
 from __future__ import annotations
 
 _U64_MAX = (1 << 64) - 1
+#: serde_json's POW10 table: 1e0 .. 1e308, each the correctly rounded f64
+_POW10 = [float(f"1e{n}") for n in range(309)]
 
 
 def serde_float(text: str) -> float:
     """``text`` (a JSON number) as serde_json's ``f64_from_parts`` computes it."""
-    digits = len(text) - text.startswith("-") - ("." in text)
-    if digits <= 15 and "e" not in text and "E" not in text:
-        return float(text)  # < 2**53 and a power of ten <= 1e22: one rounding, as Python's
+    if "e" not in text and "E" not in text:
+        neg = text[0] == "-"
+        body = text[1:] if neg else text
+        dot = body.find(".")
+        digits = body if dot < 0 else body[:dot] + body[dot + 1:]
+        if len(digits) <= 15:
+            return float(text)  # < 2**53 and a power of ten <= 1e22: one rounding, as Python's
+        if len(digits) <= 19:  # fits a u64: no digit dropped
+            f = int(digits) / _POW10[0 if dot < 0 else len(body) - dot - 1]
+            return -f if neg else f
     s = text
     positive = True
     if s.startswith("-"):
@@ -39,10 +48,15 @@ def serde_float(text: str) -> float:
         exponent -= 1
     if exp_text:
         exponent += int(exp_text)
+    return _scale(significand, exponent, positive, text)
+
+
+def _scale(significand: int, exponent: int, positive: bool, text: str) -> float:
+    """serde_json's ``f64_from_parts``: the u64 rounded to f64, then one multiply or divide by 10**|e|."""
     f = float(significand)
     while True:
         if abs(exponent) <= 308:
-            pow10 = float(f"1e{abs(exponent)}")
+            pow10 = _POW10[abs(exponent)]
             f = f * pow10 if exponent >= 0 else f / pow10
             break
         if f == 0.0:

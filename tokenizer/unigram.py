@@ -90,6 +90,21 @@ class CharsMap:
             raise ValueError("unterminated string in precompiled_charsmap")
         return self.replacements[offset:end].decode("utf-8", "surrogateescape")
 
+    def shortest_prefix(self, chunk: str) -> str | None:
+        """The replacement of the *shortest* key that starts ``chunk``, or None.
+
+        HF's ``Precompiled`` normalizer (``spm_precompiled``'s ``transform``)
+        takes the first hit of a common-prefix search, i.e. the shortest key.
+        """
+        state, step = self.root, self._step
+        for ch in chunk:
+            state, leaf = step(state, ch)
+            if state < 0:
+                return None
+            if leaf >= 0:
+                return self.replacement(leaf)
+        return None
+
     def longest(self, text: str, i: int) -> tuple[int, str] | None:
         """(characters consumed, replacement) of the longest key at ``text[i:]``, or None."""
         state, best, j, n = self.root, None, i, len(text)

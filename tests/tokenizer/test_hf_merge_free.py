@@ -5,6 +5,8 @@
   BertPreTokenizer.
 * ``mon-unigram-tokenizer.json`` (the ``mon-tokenizer`` package): Unigram
   with byte fallback, Replace/NFC normalizers and Metaspace.
+* an XLM-R style file written from the nomic-embed GGUF's vocabulary, scores
+  and precompiled charsmap: the ``Precompiled`` normalizer on real data.
 
 HF's padding and truncation are switched off: they are post-processing, not
 tokenization.  Known gap: HF's BERT pieces classify code points with Unicode 9
@@ -27,14 +29,42 @@ from tok_corpus import base64_blob, corpus
 from assets import asset_path
 from tokenizer.json_float import serde_float
 
-FILES = ["minilm-l6-tokenizer.json", "mon-unigram-tokenizer.json"]
+FILES = ["minilm-l6-tokenizer.json", "mon-unigram-tokenizer.json", "xlmr-style-from-nomic"]
+
+
+def _xlmr_style_json(directory) -> str:
+    """An XLM-R style tokenizer.json (Precompiled + Replace normalizers, Metaspace, Unigram) holding the
+    nomic-embed GGUF's own vocabulary, scores and charsmap: the Precompiled normalizer on real data."""
+    import base64
+
+    from tokenizer.gguf import read_gguf
+
+    kv = read_gguf(asset_path("llama.cpp-models") / "ggml-vocab-nomic-bert-moe.gguf").kv
+    toks, scores, types = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.scores"], kv["tokenizer.ggml.token_type"]
+    charsmap = bytes(x & 0xFF for x in kv["tokenizer.ggml.precompiled_charsmap"])
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": t == "<mask>", "rstrip": False,
+              "normalized": False, "special": True} for i, (t, ty) in enumerate(zip(toks, types)) if ty in (2, 3)]
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    data = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()},
+                {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+            "pre_tokenizer": metaspace, "post_processor": None, "decoder": metaspace,
+            "model": {"type": "Unigram", "unk_id": 3, "vocab": [[t, sc] for t, sc in zip(toks, scores)],
+                      "byte_fallback": False}}
+    path = directory / "tokenizer.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return str(path)
 
 
 @pytest.fixture(scope="module", params=FILES)
-def pair(request):
+def pair(request, tmp_path_factory):
     from tokenizers import Tokenizer
 
-    path = asset_path(request.param)
+    if request.param == "xlmr-style-from-nomic":
+        path = _xlmr_style_json(tmp_path_factory.mktemp("xlmr"))
+    else:
+        path = asset_path(request.param)
     ref = Tokenizer.from_file(str(path))
     ref.no_padding()
     ref.no_truncation()
