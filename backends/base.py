@@ -115,6 +115,8 @@ class BackendInfo:
     context_size: int
     offloaded_layers: int = 0
     notes: list[str] = field(default_factory=list)
+    #: a short caveat the model bar keeps showing (e.g. a lossy weight conversion); "" = none
+    caveat: str = ""
 
 
 @runtime_checkable

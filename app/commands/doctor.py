@@ -3,7 +3,9 @@
 Runs the same detection as ``--backend auto`` (:mod:`backends.detect`) and
 prints every finding and every candidate with the reason it can or cannot
 run, plus the command that would fix it.  ``--json`` prints the same as
-data.  Loads no model.
+data.  Loads no model; reads the header of ``--model`` (default: the
+configured or bundled one) to say where a backend would change its answers
+(OpenVINO's lossy GGUF Q4_1 conversion).
 """
 from __future__ import annotations
 
@@ -17,7 +19,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "model, context and whether its token ids are ours")
     parser.add_argument("--server-kind", choices=["auto", "llamacpp", "vllm", "sglang"], default="auto")
     parser.add_argument("--api-key", help="the server's API key (or set TOKCHAT_API_KEY)")
-    parser.add_argument("--model", "-m", help="our tokenizer for the id check (default: what the server serves)")
+    parser.add_argument("--model", "-m", help="with --server: our tokenizer for the id check (default: what the "
+                        "server serves); else the model to check against the local backends (default: the "
+                        "configured one)")
+
+
+def model_caveats(model: str | None) -> list[str]:
+    """Lines about the model: where a backend computes it differently from llama.cpp."""
+    from app.model_resolution import resolve_model
+    from backends.base import BackendError
+    from backends.model_meta import read_model_meta
+    from backends.openvino import gguf_caveat
+
+    try:
+        meta = read_model_meta(resolve_model(model))
+    except (BackendError, OSError) as exc:  # no model to check is not a doctor failure
+        return [f"model: not checked ({exc})"]
+    caveat = gguf_caveat(meta.quantization) if meta.format == "gguf" else ""
+    return [f"model {meta.path.name}: {caveat}" if caveat else
+            f"model {meta.path.name}: {meta.quantization}, no backend known to convert it lossily"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,9 +55,16 @@ def run(args: argparse.Namespace) -> int:
     from tokenizer.accel import accel_status
 
     report = detect()
+    model = args.model
+    if model is None:
+        from app.config import chat_options
+
+        model = chat_options(argparse.Namespace()).model
+    caveats = model_caveats(model)
     if args.json:
-        print(json.dumps({**report.to_dict(), "tokenizer": accel_status()}, indent=2))
+        print(json.dumps({**report.to_dict(), "tokenizer": accel_status(), "model_notes": caveats}, indent=2))
     else:
         print(report.text())
         print(f"tokenizer: {accel_status()}")
+        print("\n".join(caveats))
     return 0

@@ -219,7 +219,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         bar = self.query_one(ModelBar)
         bar.text = model_bar_text(info.model_name or chat.model_path.stem, info.quantization,
                                   info.backend, info.device, chat.session.template.name,
-                                  chat.context_size)
+                                  chat.context_size, getattr(info, "caveat", ""))
         self.meter.limit = chat.context_size
 
     async def on_chat_app_model_load_failed(self, message: ModelLoadFailed) -> None:

@@ -43,10 +43,14 @@ def stats_line(stats: Any) -> str:
 
 
 def model_bar_text(model_name: str, quantization: str, backend: str, device: str,
-                   template: str, context_size: int) -> str:
-    """The header line: everything that decides how a prompt becomes tokens and tokens become text."""
-    return (f"{model_name} · {quantization} · {backend} on {device} · "
+                   template: str, context_size: int, caveat: str = "") -> str:
+    """The header line: everything that decides how a prompt becomes tokens and tokens become text.
+
+    ``caveat`` (the backend's, e.g. a lossy weight conversion) stays visible at the end.
+    """
+    text = (f"{model_name} · {quantization} · {backend} on {device} · "
             f"template {template} · ctx {context_size}")
+    return f"{text} · ⚠ {caveat}" if caveat else text
 
 
 def model_label(path: Path) -> str:
