@@ -138,7 +138,10 @@ def precompiled_normalizer(spec: dict) -> Callable[[str], str]:
         return out
 
     def run(s: str) -> str:
-        return "".join(map(cluster, _GRAPHEME.findall(s)))
+        try:
+            return "".join(map(cluster, _GRAPHEME.findall(s)))
+        except ValueError as exc:
+            raise TokenizerError(f"this tokenizer.json's precompiled_charsmap is damaged ({exc})") from None
 
     return run
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
+from tokenizer.errors import TokenizerError
+
 _SPACE = "\u2581"
 UNKNOWN_PENALTY = 10.0
 _NO_SCORE = -1.7976931348623157e308  # -DBL_MAX
@@ -47,7 +49,7 @@ class CharsMap:
         if len(blob) < 4:
             raise ValueError("precompiled_charsmap is shorter than its 4-byte header")
         size = struct.unpack_from("<I", blob, 0)[0]
-        if size + 4 >= len(blob) or size % 4:
+        if size + 4 >= len(blob) or size % 4 or size == 0:
             raise ValueError("precompiled_charsmap header gives a bad double-array size")
         self.array = struct.unpack_from(f"<{size // 4}I", blob, 4)
         self.replacements = blob[4 + size:]
@@ -79,6 +81,8 @@ class CharsMap:
                 break
             is_leaf = (v >> 8) & 1
             state ^= self._base(state)
+            if state >= n:
+                raise ValueError("precompiled_charsmap walks out of its double array")
             leaf = arr[state] & ((1 << 31) - 1) if is_leaf else -1
         result = (state, leaf)
         self._steps[key] = result
@@ -238,8 +242,12 @@ class LlamaUnigram:
     def encode_fragment(self, text: str) -> list[int]:
         if self._viterbi_factory is not None:
             self._fast, self._viterbi_factory = self._viterbi_factory(), None
-        if self._fast is not None:
-            ids = self._fast.encode(text)
-            if ids is not None:
-                return ids
-        return self.viterbi(self.normalize(text))
+        try:
+            if self._fast is not None:
+                ids = self._fast.encode(text)
+                if ids is not None:
+                    return ids
+            return self.viterbi(self.normalize(text))
+        except ValueError as exc:  # only a damaged charsmap gets here: say so in one line
+            raise TokenizerError(f"this vocabulary's precompiled_charsmap is damaged ({exc}); "
+                                 "the GGUF file needs to be re-converted") from None
