@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from app.tools.mcp_client import ServerConfig
 
 TEST_SERVER = Path(__file__).resolve().parent / "mcp_test_server.py"
@@ -36,3 +38,14 @@ class Script:
     def __call__(self, prompt_ids):
         self.prompts.append(list(prompt_ids))
         return self.replies[len(self.prompts) - 1]
+
+
+@pytest.fixture(scope="module")
+def hub():
+    """The test server and mcp-server-time, started once per module (import it into the test module:
+    a conftest.py here would shadow the other test folders' ``from conftest import ...``)."""
+    from app.tools.mcp_client import McpHub
+
+    with McpHub([sdk_server_config(), time_server_config()], call_timeout_s=20) as started:
+        assert started.start() == {}
+        yield started
