@@ -280,6 +280,26 @@ def breakdown(tokenizer: Any, record: PromptRecord, *, draft_tokens: int = 0,
                      len(record.reply_ids), draft_tokens, record.context_size)
 
 
+def changed_span(with_part: str, without_part: str) -> tuple[int, int] | None:
+    """Where ``with_part`` differs from ``without_part``: ``(start, end)`` in ``with_part``, or None.
+
+    The tool schemas a template writes are found this way: the prompt as
+    sent, against the same messages rendered with no tools (text only,
+    nothing encoded); what is left between the common start and the common
+    end is the schemas and the markup around them.
+    """
+    if with_part == without_part:
+        return None
+    limit = min(len(with_part), len(without_part))
+    start = 0
+    while start < limit and with_part[start] == without_part[start]:
+        start += 1
+    end = 0
+    while end < limit - start and with_part[-1 - end] == without_part[-1 - end]:
+        end += 1
+    return (start, len(with_part) - end) if len(with_part) - end > start else None
+
+
 def _turn_starts(messages: Sequence[Any]) -> list[tuple[int, int]]:
     """``(start, end)`` index ranges of turns: each user message with what follows until the next."""
     bounds: list[tuple[int, int]] = []

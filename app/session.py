@@ -407,6 +407,18 @@ class ChatSession:
         return PromptRecord(prompt, tuple(system + before), (), tuple(self.tokenizer.encode(reply.content)),
                             self.context_size)
 
+    def tool_schema_spans(self, record: PromptRecord) -> list[tuple[str, int, int]]:
+        """Where the tool schemas sit in ``record``'s prompt text, for the breakdown (none without tools)."""
+        from app.context_breakdown import changed_span
+
+        if not self.tools:
+            return []
+        messages = [_template_message(m) for m in record.messages]
+        plain = self.template.render(messages, add_generation_prompt=True, enable_thinking=self.enable_thinking,
+                                     tools=None).text
+        span = changed_span(record.prompt.text, plain)
+        return [("tool schemas", *span)] if span else []
+
     def token_count(self, text: str) -> int:
         """Plain token count of a message's text (cached; how dropped turns are sized)."""
         return self._count(text)

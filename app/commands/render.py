@@ -91,14 +91,23 @@ def run(args: argparse.Namespace) -> int:
     if args.ids:
         print(json.dumps(prompt_ids(tokenizer, rendered)))
     elif args.pieces:
-        print_pieces(tokenizer, rendered, messages, args.ctx)
+        extra = []
+        if tools:
+            from app.context_breakdown import changed_span
+
+            plain = template.render(messages, add_generation_prompt=args.generation_prompt,
+                                    enable_thinking=args.think, tools=None).text
+            span = changed_span(rendered.text, plain)
+            extra = [("tool schemas", *span)] if span else []
+        print_pieces(tokenizer, rendered, messages, args.ctx, extra)
     else:
         sys.stdout.write(rendered.text)
         sys.stdout.flush()
     return 0
 
 
-def print_pieces(tokenizer, rendered, messages: list[dict[str, str]], context_size: int) -> None:
+def print_pieces(tokenizer, rendered, messages: list[dict], context_size: int,
+                 extra_spans: list[tuple[str, int, int]] = ()) -> None:
     """Every prompt id with its piece and part, then the breakdown of those ids."""
     from app.commands.tokenize import piece_text
     from app.context_breakdown import PromptRecord, breakdown
@@ -107,7 +116,7 @@ def print_pieces(tokenizer, rendered, messages: list[dict[str, str]], context_si
 
     ids = prompt_ids(tokenizer, rendered)
     record = PromptRecord(BuiltPrompt(rendered, ids, 0), tuple(messages), context_size=context_size)
-    parts = breakdown(tokenizer, record)
+    parts = breakdown(tokenizer, record, extra_spans=extra_spans)
     for tid, part in zip(ids, parts.owner):
         print(f"{tid}\t{piece_text(tokenizer, tid)}\t{parts.parts[part].label}")
     print()

@@ -208,7 +208,8 @@ class CommandsMixin:
         keys = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
                 ("Esc", "stop the reply"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
                 ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
-                ("Ctrl+B", "history"), ("F2 / double click", "token inspector"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
+                ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
+                ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
                 ("Ctrl+Q", "quit")]
         await self.chat_view.add_notice(help_text(keys))
 

@@ -47,7 +47,8 @@ class InspectorMixin:
         from app.context_breakdown import breakdown
         from app.tui.screens.token_inspector import TokenInspector
 
-        parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count)
+        parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count,
+                          extra_spans=session.tool_schema_spans(record))
         self.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus))
 
     @staticmethod

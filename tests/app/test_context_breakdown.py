@@ -125,3 +125,26 @@ def test_render_pieces_prints_the_sent_ids_with_their_parts(smollm_path, tmp_pat
     for label, n in counts.items():
         assert any(line.startswith(label) and line.split()[-2] == str(n) for line in summary.splitlines())
     assert f"prompt" in summary and f"{len(ids)}  of 512" in summary
+
+
+def test_tool_schemas_are_their_own_part(qwen_path):
+    tok = _tokenizer(qwen_path)
+    template, _ = resolve_template("auto", tok)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}, "required": ["city"]}}}]
+    end = tok.special_tokens["<|im_end|>"]
+    backend = ScriptedBackend(tok.encode("Sunny.") + [end], context_size=4096)
+    session = ChatSession(tok, template, backend=backend, sampling=SamplingParams(temperature=0, max_tokens=16),
+                          context_size=4096, tools=tools)
+    list(session.send("Weather in Paris?"))
+    record = session.last_record
+    spans = session.tool_schema_spans(record)
+    assert [label for label, _, _ in spans] == ["tool schemas"]
+    parts = breakdown(tok, record, extra_spans=spans)
+    schema = next(p for p in parts.parts if p.label == "tool schemas")
+    schema_ids = [t for t, owner in zip(record.ids, parts.owner) if parts.parts[owner] is schema]
+    assert schema.tokens == len(schema_ids) > 20 and '"get_weather"' in tok.decode(schema_ids)
+    assert sum(p.tokens for p in parts.parts) == len(record.ids) == session.messages[-1].stats.prompt_tokens
+    assert session.tool_schema_spans(record) and ChatSession(
+        tok, template, backend=backend, context_size=4096).tool_schema_spans(record) == []
