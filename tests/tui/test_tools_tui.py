@@ -135,3 +135,22 @@ async def test_slash_tools_lists_tools_and_their_cost(tools_app):
         add = next(t for t in app.tool_infos if t.name == "add")
         assert f"{schema_tokens(app.chat.tokenizer, add.schema())} tokens" in text
         assert "In this chat's prompt the tools take" in text
+
+
+async def test_a_resumed_tool_conversation_shows_its_calls(tools_app, store):
+    app = tools_app([call("echo", {"text": "\x1b[31mred"}), "Echoed."])
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await send(pilot, "Echo")
+        await approve_next(pilot, "y")
+        await wait_reply(pilot)
+        conv_id = app.recorder.conversation_id
+        await send(pilot, "/new")
+        assert not app.query(ToolCallBlock)
+        await app.resume_conversation(conv_id)
+        await pilot.pause()
+        block = app.query_one(ToolCallBlock)
+        assert block.collapsed and str(block.title) == "🔧 echo · result"
+        assert str(block.result_text.render()) == "\\x1b[31mred"
+        assert json.loads(str(block.call_text.render()).replace("\\x1b", "\\u001b")) == {"text": "\x1b[31mred"}
+        assert [m.role for m in app.session.messages] == ["user", "assistant", "tool", "assistant"]

@@ -69,7 +69,10 @@ class ChatView(VerticalScroll):
 
     async def show_messages(self, messages) -> None:
         """Replace the view with a stored conversation: the newest page now, the rest on request."""
-        self._hidden = [m for m in messages if m.role in ("user", "assistant")]
+        self._hidden = [m for m in messages if m.role in ("user", "assistant", "tool")]
+        calls = {c.get("id"): c for m in self._hidden for c in (getattr(m, "tool_calls", None) or [])}
+        # a stored tool result is shown as its call's block: pair each with the call it answers
+        self._calls = {id(m): calls.get(m.tool_call_id) for m in self._hidden if m.role == "tool"}
         await self.remove_children()
         await self._show_page()
         self.scroll_end(animate=False, immediate=True)
@@ -86,12 +89,15 @@ class ChatView(VerticalScroll):
         else:
             await self.mount_all(widgets)
 
-    @staticmethod
-    def _stored_widget(message):
+    def _stored_widget(self, message):
         from app.tui.widgets.assistant_message import AssistantMessage
 
         if message.role == "user":
             return UserMessage(message.content)
+        if message.role == "tool":
+            from app.tui.widgets.tool_call_block import ToolCallBlock
+
+            return ToolCallBlock.stored(getattr(self, "_calls", {}).get(id(message)), message)
         return AssistantMessage(content=message.content, reasoning=message.reasoning,
                                 stats=message.stats, stored=True)
 

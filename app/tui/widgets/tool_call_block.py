@@ -38,6 +38,21 @@ class ToolCallBlock(Collapsible):
         self.status: str | None = None
         self.tool: str = ""
 
+    @classmethod
+    def stored(cls, call: dict | None, result) -> "ToolCallBlock":
+        """A finished block for a stored call (``call`` in HF form, or None) and its ``tool`` message."""
+        block = cls()
+        function = (call or {}).get("function", call or {})
+        block.tool = function.get("name") or getattr(result, "name", None) or "?"
+        block.call_text.update(printable(json.dumps(function.get("arguments", {}), ensure_ascii=False, indent=2)))
+        block.result_text.update(printable(result.content))
+        block.status = "error" if result.content.startswith("error:") else "ok"
+        block.title = f"🔧 {printable(block.tool)} · {'failed' if block.status == 'error' else 'result'}"
+        block.collapsed = True
+        if block.status == "error":
+            block.add_class("-failed")
+        return block
+
     def add_text(self, text: str) -> None:
         """More of the call as the model writes it."""
         self.raw += text
