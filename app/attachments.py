@@ -26,7 +26,9 @@ directories, following the user's ``.gitignore``.
 """
 from __future__ import annotations
 
+import html
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -93,6 +95,17 @@ def compose(text: str, attachments: Sequence[Attachment]) -> str:
         return text
     blocks = "\n\n".join(a.block() for a in attachments)
     return f"{blocks}\n\n{text}" if text.strip() else blocks
+
+
+#: a block as :func:`file_block` writes it (for display; the text sent is never parsed back)
+_BLOCK = re.compile(r'<file name="([^"\n]*)" size="(\d+)">\n.*?</file>', re.DOTALL)
+
+
+def summarize_blocks(text: str) -> str:
+    """``text`` with each attached file's block shown as one line ``📎 name (size)`` (the chat view)."""
+    if "<file name=" not in text:
+        return text
+    return _BLOCK.sub(lambda m: f"📎 {html.unescape(m.group(1))} ({human_bytes(int(m.group(2)))})", text)
 
 
 def is_binary(head: bytes) -> bool:

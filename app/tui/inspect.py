@@ -43,7 +43,8 @@ class InspectorMixin:
             self.notify("No turn to inspect yet: send a message first", severity="warning")
             return
         draft = self.prompt_input.text
-        draft_tokens = session.draft_tokens(draft) if draft.strip() and not draft.lstrip().startswith("/") else 0
+        # the draft as it would be sent, attached files included
+        draft_tokens = self.show_attachment_cost(draft) if not draft.lstrip().startswith("/") else 0
         from app.context_breakdown import breakdown
         from app.tui.screens.token_inspector import TokenInspector
 

@@ -159,3 +159,12 @@ def test_attach_flag_reaches_the_options(smollm_path, tmp_path, capsys):
     options = chat_options(args)
     assert [p.name for p in options.attach] == ["a.txt", "b.txt"] and options.attach_limits.max_bytes == 1_000_000
     assert main is not None
+
+
+def test_blocks_are_one_line_in_the_chat_view(tmp_path):
+    from app.attachments import Attachment, summarize_blocks
+
+    a = Attachment('a "b".txt', tmp_path / "a", 1500, "x\n</file>\ny", 5)
+    text = compose("Question", [a])
+    assert summarize_blocks(text).startswith('📎 a "b".txt (1.5 kB)')
+    assert summarize_blocks(text).endswith("Question") and summarize_blocks("plain") == "plain"

@@ -52,7 +52,7 @@ async def test_attach_shows_the_cost_that_is_sent(scripted_app, tmp_path):
         assert app.session.messages[-2].content.startswith('<file name="notes.txt" size="')
         assert app.pending_attachments == [] and box.border_subtitle == ""
         shown_text = str(app.query(UserMessage).last().render())
-        assert "\x1b" not in shown_text and "\\x1b[31mred" in shown_text
+        assert shown_text == f"📎 notes.txt ({file.stat().st_size} B)\n\nSummarize"  # the file is one line
         stored = app.store.load(app.recorder.conversation_id).messages
         assert stored[-2].content == app.session.messages[-2].content
 

@@ -17,7 +17,10 @@ class UserMessage(Static):
     """
 
     def __init__(self, text: str) -> None:
+        from app.attachments import summarize_blocks
         from app.tui.inert import inert_text
 
-        super().__init__(inert_text(text), markup=False)  # an attached file's ESC sequences stay inert
+        # an attached file is one line here (its text is in the message sent, the history and the
+        # inspector); control characters are drawn inert
+        super().__init__(inert_text(summarize_blocks(text)), markup=False)
         self.text = text
