@@ -12,7 +12,7 @@ import pytest
 from tui_helpers import SIZE, send, wait_loaded, wait_reply
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
-from remote_servers import LlamaServer  # noqa: E402
+from remote_servers import LlamaServer, RpcWorker  # noqa: E402
 
 from app.options import ChatOptions  # noqa: E402
 from app.tui.app import ChatApp  # noqa: E402
@@ -85,3 +85,34 @@ async def test_escape_closes_the_stream_and_the_server_stops(server, store, smol
         assert stats.finish_reason == "cancelled" and 0 < stats.completion_tokens < 300
         await wait_for(pilot, lambda: not server.slots()[0]["is_processing"], 10, what="the server to stop")
         assert server.slots()[0]["next_token"][0]["n_decoded"] < 150
+
+
+@pytest.fixture
+def rpc_server(smollm_path, tmp_path):
+    workers = [RpcWorker(tmp_path).start() for _ in range(2)]
+    started = None
+    try:
+        started = LlamaServer(smollm_path, tmp_path, rpc=[w.endpoint for w in workers]).start()
+        yield started
+    finally:
+        if started is not None:
+            started.stop()  # before its workers
+        for worker in workers:
+            worker.stop()
+
+
+@pytest.mark.slow
+async def test_chat_through_a_server_split_over_two_rpc_workers(rpc_server, store):
+    options = ChatOptions(server=RemoteSettings(url=rpc_server.url), theme="textual-dark",
+                          sampling=SamplingParams(temperature=0.0, max_tokens=12, seed=1))
+    app = ChatApp(options, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        assert app.chat is not None, app.query_one("ModelBar").text
+        for question in ("What is 2+2?", "And 3+3?"):
+            await send(pilot, question)
+            await wait_reply(pilot)
+            stats = app.session.messages[-1].stats
+            assert stats.verified and stats.completion_tokens > 0
+            assert str(app.query(AssistantMessage).last().query_one(".stats").render()) == stats_line(stats)
+        assert stats.new_prompt_tokens == app.session.backend.last_counts.evaluated_tokens < stats.prompt_tokens
