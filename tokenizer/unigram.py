@@ -17,7 +17,7 @@ llama.cpp's ``llm_tokenizer_ugm_session``:
    pieces first); a code point no single piece covers may be ``<unk>`` at
    ``min_score - 10`` (float32); consecutive ``<unk>`` fuse on the way back.
 
-Pure Python here; the C accelerator (``_accel_ugm.c``) runs the same steps
+Pure Python here; the C accelerator (``_accel_merge_free.c``) runs the same steps
 on bytes.  One case we do not reproduce: llama.cpp matches user-defined
 prefixes byte by byte, so it can stop inside a multi-byte character; we
 stop at whole characters.

@@ -14,10 +14,10 @@ llama.cpp's ``llm_tokenizer_wpm_session``, step by step:
 
 Step 1 is a ``str.translate`` table filled lazily (one computation per
 distinct character), step 2 is cached per word.  The C accelerator's
-``WordPiece`` (``_accel_wpm.c``) does step 2 on the same table.
+``WordPiece`` (``_accel_merge_free.c``) does step 2 over the same vocabulary.
 
 Not handled: HF's ``max_input_chars_per_word`` (llama.cpp has none); the
-tokenizer.json flavour lives in :mod:`tokenizer.hf_wordpiece`.
+tokenizer.json flavour lives in :mod:`tokenizer.hf_merge_free`.
 """
 from __future__ import annotations
 
