@@ -162,7 +162,7 @@ class LlamaCppBackend:
             sampler = LlamaCppSampler(sampling, seed, llm.n_vocab(), n_ctx, prompt)
             try:
                 for count in range(1, sampling.max_tokens + 1):
-                    token = sampler.sample(llm._ctx.ctx)
+                    token = sampler.sample(llm.ctx)
                     emit(token)
                     # llm.n_tokens == n_ctx: the id just emitted would not fit, so the reply ends here
                     if token in stops or count >= sampling.max_tokens or cancelled() or llm.n_tokens >= n_ctx:

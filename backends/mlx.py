@@ -161,7 +161,7 @@ class MLXBackend:
                 logits = self._forward(prompt[start : start + chunk])
             context = list(prompt)
             for count in range(1, max_new + 1):
-                token = sampler.pick(np.array(logits[0], copy=False), context)
+                token = sampler.pick(np.asarray(logits[0]), context)
                 emit(token)
                 context.append(token)
                 if token in stops or count >= max_new or cancelled():
