@@ -50,7 +50,21 @@ class InspectorMixin:
 
         parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count,
                           extra_spans=session.tool_schema_spans(record))
-        self.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus))
+        turn = int(title.split()[1]) if title.startswith("turn ") else 0
+        self.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus,
+                                        turn=turn))
+
+    def inspect_turn(self, turn: int) -> None:
+        """Replace the open inspector with turn ``turn`` (1-based, counted in replies)."""
+        replies = [m for m in self.session.messages if m.role == "assistant"] if self.session else []
+        if not 1 <= turn <= len(replies):
+            self.notify(f"no turn {turn}: this conversation has {len(replies)}", severity="warning")
+            return
+        from app.tui.screens.token_inspector import TokenInspector
+
+        if isinstance(self.screen, TokenInspector):
+            self.pop_screen()
+        self.action_show_tokens(replies[turn - 1])
 
     @staticmethod
     def _record_for(session: Any, message: Any) -> tuple[Any, int | None, str]:

@@ -242,3 +242,29 @@ async def test_a_resumed_chat_shows_its_turns_rebuilt_from_the_stored_text(smoll
         assert screen.record.ids == sent  # here the text gives back the very ids the first app sent
         assert sum(p.tokens for p in screen.breakdown.parts) == len(screen.record.ids)
     fresh.close()
+
+
+async def test_brackets_move_between_turns(scripted_app):
+    app = scripted_app(["One.", "Two.", "Three."])
+    async with app.run_test(size=SIZE_80) as pilot:
+        await wait_loaded(pilot)
+        for question in ("First", "Second", "Third"):
+            await send(pilot, question)
+            await wait_reply(pilot)
+        await pilot.press("f2")
+        await pilot.pause()
+        replies = [m for m in app.session.messages if m.role == "assistant"]
+        assert app.screen.turn == 3 and app.screen.record is replies[2].record
+        await pilot.press("[", "[")
+        await pilot.pause()
+        assert app.screen.turn == 1 and app.screen.record is replies[0].record
+        assert app.screen.ids == list(replies[0].record.ids) + list(replies[0].record.reply_ids)
+        await pilot.press("[")  # no turn 0: it stays, with one line
+        await pilot.pause()
+        assert app.screen.turn == 1 and any("no turn 0" in n.message for n in app._notifications)
+        await pilot.press("]")
+        await pilot.pause()
+        assert app.screen.turn == 2 and app.screen.record is replies[1].record
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, TokenInspector)

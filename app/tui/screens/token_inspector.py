@@ -8,7 +8,7 @@ breakdown (selecting a part underlines its ids and jumps to the first); the
 :class:`~app.tui.widgets.token_view.TokenView` below draws the prompt and
 then the reply as generated; the line at the bottom describes the token
 under the cursor (index, id, piece, bytes, part).  ``i`` switches between
-pieces and ids.
+pieces and ids; ``[`` and ``]`` open the turn before and after.
 """
 from __future__ import annotations
 
@@ -39,12 +39,15 @@ class TokenInspector(Screen):
     BINDINGS = [
         Binding("escape", "close", "Close"),
         Binding("i", "toggle_ids", "Ids/pieces", tooltip="show the ids or the pieces"),
+        Binding("[", "turn(-1)", "Prev turn", tooltip="the prompt of the turn before"),
+        Binding("]", "turn(1)", "Next turn", tooltip="the prompt of the turn after"),
         Binding("tab", "focus_next", "Parts/tokens", show=False),
     ]
 
     def __init__(self, tokenizer: Any, record: PromptRecord, parts: Breakdown, *, title: str = "",
-                 focus_message: int | None = None) -> None:
+                 focus_message: int | None = None, turn: int = 0) -> None:
         super().__init__()
+        self.turn = turn
         self.tokenizer = tokenizer
         self.record = record
         self.breakdown = parts
@@ -97,6 +100,10 @@ class TokenInspector(Screen):
     # -- actions ------------------------------------------------------------------------------
     def action_close(self) -> None:
         self.dismiss()
+
+    def action_turn(self, step: int) -> None:
+        if self.turn:
+            self.app.inspect_turn(self.turn + step)
 
     def action_toggle_ids(self) -> None:
         self._showing_ids = not self._showing_ids
