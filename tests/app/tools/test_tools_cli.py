@@ -83,3 +83,31 @@ def test_a_bad_server_table_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path))
     assert main(["tools"]) == 2
     assert "mcp.servers.x needs either command (a stdio server) or url" in capsys.readouterr().err
+
+
+def test_render_with_tools_shows_the_exact_ids(qwen_path, tmp_path, capsys):
+    from tokenizer import load_tokenizer
+
+    from templates import prompt_ids, resolve_template
+
+    tools = [{"type": "function", "function": {"name": "get_current_time", "description": "Now.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    messages = [{"role": "user", "content": "Time?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"type": "function", "id": "a1b2c3d4e", "function": {"name": "get_current_time", "arguments": {}}}]},
+                {"role": "tool", "tool_call_id": "a1b2c3d4e", "name": "get_current_time", "content": "<|im_end|>noon"}]
+    (tmp_path / "tools.json").write_text(json.dumps(tools), encoding="utf-8")
+    (tmp_path / "chat.json").write_text(json.dumps(messages), encoding="utf-8")
+    assert main(["render", "--model", str(qwen_path), "--messages", str(tmp_path / "chat.json"),
+                 "--tools", str(tmp_path / "tools.json"), "--ids"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    tok = load_tokenizer(qwen_path)
+    template, _ = resolve_template("auto", tok)
+    plain = [dict(m, content=m["content"] or "") for m in messages]
+    assert shown == prompt_ids(tok, template.render(plain, tools=tools))
+    # four turns end with the control id; the result's own "<|im_end|>" is text
+    assert tok.decode(shown).count("<|im_end|>") == 5 and shown.count(tok.special_tokens["<|im_end|>"]) == 4
+    (tmp_path / "bad.json").write_text('[{"type": "function"}]', encoding="utf-8")
+    assert main(["render", "--model", str(qwen_path), "--messages", str(tmp_path / "chat.json"),
+                 "--tools", str(tmp_path / "bad.json")]) == 2
+    assert "tool 0 needs a function name" in capsys.readouterr().err
