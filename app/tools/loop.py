@@ -236,7 +236,8 @@ class ToolLoop:
         return replace(
             last, new_prompt_tokens=sum(s.new_prompt_tokens for s in steps), completion_tokens=completion,
             reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
-            tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps))
+            tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps),
+            **({"verified": all(s.verified for s in steps)} if hasattr(last, "verified") else {}))
 
 
 def _key(call: ToolCall) -> tuple[str, str]:
