@@ -4,9 +4,9 @@ A mixin of :class:`~app.tui.app.ChatApp`.  The inspector shows the
 :class:`~app.context_breakdown.PromptRecord` a reply kept: the last one by
 default; a double click on a reply opens the prompt that reply answered,
 and on a user message the prompt that message was sent in, with its ids
-selected.  Turns loaded from the history have no record (their ids were
-not stored): their prompt is rebuilt from the stored text, and the title
-says so.
+selected.  Turns loaded from the history, and live replies older than
+the newest :data:`app.session.RECORDS_KEPT`, have no record: their prompt
+is rebuilt from the stored text, and the title says so.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class InspectorMixin:
         title = f"turn {turn}"
         if record is None:
             record = session.rebuilt_record(reply_index)
-            title += " (rebuilt from the stored text: its ids were not recorded)"
+            title += " (rebuilt from the stored text: its ids were not kept)"
         focus = next((i for i, m in enumerate(record.messages) if m is message), None) if message else None
         return record, focus, title
 
