@@ -254,7 +254,7 @@ def _build_from_sdist(asset: Asset, workdir: Path) -> None:
     jobs = str(os.cpu_count() or 2)
     print(
         f"building {', '.join(asset.build_targets)} from {archive.name} with cmake + ninja "
-        f"-j{jobs} (once; about 15 min on 2 idle cores, 22 min measured on a busy one) ...",
+        f"-j{jobs} (once; 5 min measured on 2 idle cores, 22 min on a busy machine) ...",
         flush=True,
     )
     started = time.monotonic()
