@@ -64,13 +64,9 @@ class EventBuffer:
             kind = event.kind
             if kind in ("reasoning", "content"):
                 out.text_events += 1
-            if kind in ("reasoning", "content", "notice"):
+            if kind in ("reasoning", "content", "notice", "tool_call_delta"):
+                # streamed text (a tool call's as it is generated too) joins its predecessor of the same kind
                 if out.chunks and out.chunks[-1][0] == kind and kind != "notice":
-                    out.chunks[-1] = (kind, out.chunks[-1][1] + event.text)
-                else:
-                    out.chunks.append((kind, event.text))
-            elif kind == "tool_call_delta":  # call text as it is generated: joined like content
-                if out.chunks and out.chunks[-1][0] == kind:
                     out.chunks[-1] = (kind, out.chunks[-1][1] + event.text)
                 else:
                     out.chunks.append((kind, event.text))
