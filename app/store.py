@@ -176,7 +176,7 @@ class ChatStore:
             raise self._error(exc) from exc
         try:
             self._conn.row_factory = sqlite3.Row
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._use_wal(timeout_s)
             # FULL: each commit is on disk, not only safe from a killed process
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA foreign_keys=ON")
@@ -190,6 +190,26 @@ class ChatStore:
             raise self._error(exc) from exc
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    def _use_wal(self, timeout_s: float) -> None:
+        """Switch the file to WAL, waiting out another process that is opening it too.
+
+        The switch needs the file to itself, and SQLite answers "database is
+        locked" at once instead of calling the busy handler when another
+        connection is opening or migrating the same new file (seen in CI with two
+        processes started together).  So it is retried here until the same
+        busy timeout as every other statement runs out.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.02)
 
     def _error(self, exc: BaseException) -> StoreError:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
