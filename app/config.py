@@ -79,6 +79,7 @@ SCHEMA: dict[str, Setting] = {
     "tools.max_steps": Setting("integer", minimum=1),
     "tools.result_tokens": Setting("integer", minimum=16),
     "tools.call_timeout_s": Setting("number", minimum=0.1),
+    "tools.instructions": _S,
     "ui.theme": _S,
     "server.url": _S,
     "server.kind": Setting("string", ("auto", "llamacpp", "vllm", "sglang")),

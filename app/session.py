@@ -137,6 +137,8 @@ class ChatSession:
         self.template = template
         self.backend = backend
         self.system_prompt = system_prompt
+        #: joined to the system prompt while tools are given (``tools.instructions``)
+        self.tool_instructions = ""
         self.sampling = sampling if sampling is not None else SamplingParams()
         self.context_size = context_size
         self.enable_thinking = enable_thinking
@@ -230,6 +232,14 @@ class ChatSession:
         self.branches.clear()
         self._window = 0
         self._builder.forget()
+
+    @property
+    def system_text(self) -> str:
+        """The system message the template gets: the system prompt, then the tool instructions
+        while tools are given.  Small models that were shown a tool's result otherwise tend
+        to call the tool again instead of answering (Qwen2.5-Coder does, measured)."""
+        parts = (self.system_prompt, self.tool_instructions if self.tools else "")
+        return "\n\n".join(p for p in parts if p)
 
     def set_system(self, text: str) -> None:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
@@ -381,7 +391,7 @@ class ChatSession:
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
         """What this turn sent (called before the reply is appended: the user message is last)."""
-        system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+        system = [ChatMessage("system", self.system_text)] if self.system_text else []
         return PromptRecord(prompt, tuple(system + self.messages[self._window:]),
                             tuple(self.messages[: self._window]), tuple(reply_ids), self.context_size)
 
@@ -397,12 +407,12 @@ class ChatSession:
         from templates import prompt_ids
 
         before = self.messages[:reply_index]
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        messages = [{"role": "system", "content": self.system_text}] if self.system_text else []
         messages += [_template_message(m) for m in before]
         rendered = self.template.render(messages, add_generation_prompt=True,
                                         enable_thinking=self.enable_thinking, tools=self.tools)
         prompt = BuiltPrompt(rendered, prompt_ids(self.tokenizer, rendered), 0)
-        system = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+        system = [ChatMessage("system", self.system_text)] if self.system_text else []
         reply = self.messages[reply_index]
         return PromptRecord(prompt, tuple(system + before), (), tuple(self.tokenizer.encode(reply.content)),
                             self.context_size)
@@ -427,7 +437,7 @@ class ChatSession:
 
     def _template_messages(self, start: int, new: list[ChatMessage]) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = (
-            [{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+            [{"role": "system", "content": self.system_text}] if self.system_text else [])
         messages += [_template_message(m) for m in self.messages[start:]]
         messages += [_template_message(m) for m in new]
         return messages

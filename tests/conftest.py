@@ -28,6 +28,12 @@ def qwen_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen15_path() -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF (1.1 GB): the tool loop's real model."""
+    return asset_path("qwen2.5-coder-1.5b.gguf")
+
+
+@pytest.fixture(scope="session")
 def gemma_path() -> Path:
     """Gemma 3 270M Q4_K_M GGUF: SentencePiece-style BPE, no chat template."""
     return asset_path("gemma3-270m.gguf")

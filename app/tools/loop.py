@@ -87,6 +87,7 @@ class ToolLoop:
         self._answered: dict[tuple[str, str], str] = {}
         self._cancel = threading.Event()
         session.tools = [t.schema() for t in self.tools.values()] if self.tools else None
+        session.tool_instructions = self.settings.instructions
 
     @property
     def active(self) -> bool:

@@ -28,6 +28,8 @@ class ToolSettings:
     max_steps: int = 8
     result_tokens: int = 2048
     call_timeout_s: float = 60.0
+    #: joined to the system prompt while tools are given ("" = nothing)
+    instructions: str = ""
 
     def selected(self) -> list[str]:
         """The server names whose tools the model gets (``SERVER.TOOL`` entries name their server)."""
@@ -60,7 +62,7 @@ def tool_settings(settings: Any, approve_all: bool = False) -> ToolSettings:
         enabled=v["tools.enabled"], servers=parse_servers(source, table),
         auto_approve=tuple(v["tools.auto_approve"]), approve_all=approve_all,
         max_steps=v["tools.max_steps"], result_tokens=v["tools.result_tokens"],
-        call_timeout_s=float(v["tools.call_timeout_s"]))
+        call_timeout_s=float(v["tools.call_timeout_s"]), instructions=v["tools.instructions"])
 
 
 def parse_servers(source: str, table: Any) -> dict[str, ServerConfig]:

@@ -65,11 +65,13 @@ def tools_prompt_tokens(session: Any) -> int:
     """What the tool schemas add to the prompt through the template (0 without tools)."""
     if not session.tools:
         return 0
-    messages = ([{"role": "system", "content": session.system_prompt}] if session.system_prompt else [])
-    messages.append({"role": "user", "content": "Hi"})
+    def messages(system: str) -> list[dict]:
+        return [{"role": "system", "content": system}] * bool(system) + [{"role": "user", "content": "Hi"}]
+
     template = session.template
     from templates import prompt_ids
 
-    with_tools = prompt_ids(session.tokenizer, template.render(messages, tools=session.tools))
-    without = prompt_ids(session.tokenizer, template.render(messages))
+    # the schemas and the tool instructions (joined to the system prompt while tools are given)
+    with_tools = prompt_ids(session.tokenizer, template.render(messages(session.system_text), tools=session.tools))
+    without = prompt_ids(session.tokenizer, template.render(messages(session.system_prompt)))
     return len(with_tools) - len(without)

@@ -179,3 +179,25 @@ def test_a_repeated_call_is_answered_from_the_first_result(qwen, hub):
     assert [o.status for o in outcomes] == ["ok", "repeat"] and asked == [("test", "add")]
     assert "its result was: 10" in outcomes[1].text
     assert loop.session.messages[-1].content == "Ten."
+
+
+def test_tool_instructions_join_the_system_prompt_only_while_tools_are_given(qwen, hub):
+    from app.tools.setup import tools_prompt_tokens
+
+    rule = "Answer from the tool's result."
+    loop, script, _ = make_loop(qwen, hub, ["Done."], instructions=rule)
+    session = loop.session
+    session.set_system("Be brief.")
+    run(loop, "Hi")
+    prompt = qwen.decode(script.prompts[0])
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\n" + rule + "\n\n# Tools")
+    assert session.messages[-1].record.messages[0].content == "Be brief.\n\n" + rule
+    # their cost is the tools' cost: the schemas and the instructions together
+    with_rule = tools_prompt_tokens(session)
+    session.tool_instructions = ""
+    # (the separator may merge with the template's own newlines)
+    assert len(qwen.encode(rule)) <= with_rule - tools_prompt_tokens(session) <= len(qwen.encode("\n\n" + rule))
+    # without tools the template sees the system prompt alone, exactly
+    session.tools, session.tool_instructions = None, rule
+    assert session.system_text == "Be brief."
+    assert tools_prompt_tokens(session) == 0
