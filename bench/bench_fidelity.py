@@ -19,7 +19,9 @@ Q4_1 block dequantizes to floats without loss) and run by llama.cpp in full
 precision.  On SmolLM2 Q4_1 MLX agrees with that exact computation at every
 position, while llama.cpp's own Q4_1 kernel (8-bit quantized activations in
 its dot products) agrees with it at about 97%: most of the remaining
-llama.cpp-vs-MLX gap is llama.cpp's arithmetic, not MLX's loader.
+llama.cpp-vs-MLX gap is llama.cpp's arithmetic, not MLX's loader.  The last
+column is the greedy replies against llama.cpp's on those exact weights: with
+the arithmetic the same, the same settings give the same reply.
 
 Ids come from tokchat's own tokenizer (id for id with llama.cpp).  No timing
 here: this is about answers, not speed.
@@ -87,6 +89,8 @@ class Fidelity:
     exact_agreeing: int | None = None
     #: per prompt: ids shared with llama.cpp's greedy reply from the start, and the reply length
     shared: list[tuple[int, int]] = field(default_factory=list)
+    #: the same against llama.cpp's greedy replies on the exact (F32-dequantized) weights
+    exact_shared: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def agreement(self) -> float:
@@ -95,6 +99,10 @@ class Fidelity:
     @property
     def identical_replies(self) -> int:
         return sum(n == length for n, length in self.shared)
+
+    @property
+    def identical_exact_replies(self) -> int:
+        return sum(n == length for n, length in self.exact_shared)
 
 
 def dequantized_copy(path: Path, target: Path, log: Path | None = None) -> Path:
@@ -165,11 +173,12 @@ def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
             replies[engine] = [list(backend.generate(p, CONTINUATION, stops)) for p in prompts]
         finally:
             backend.close()
-    exact_picks = None
+    exact_picks = exact_replies = None
     if exact is not None:
         backend = load(REFERENCE, exact, log)
         try:
             exact_picks = teacher_forced(backend, text_ids, positions)
+            exact_replies = [list(backend.generate(p, CONTINUATION, stops)) for p in prompts]
         finally:
             backend.close()
     results = []
@@ -178,10 +187,16 @@ def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
         result = Fidelity(engine, positions=len(ref), agreeing=sum(a == b for a, b in zip(ref, got)))
         if exact_picks is not None:
             result.exact_agreeing = sum(a == b for a, b in zip(exact_picks, got))
-        for mine, theirs in zip(replies[engine], replies[REFERENCE]):
-            result.shared.append((len(theirs) if mine == theirs else shared_prefix(mine, theirs), len(theirs)))
+        result.shared = _shared(replies[engine], replies[REFERENCE])
+        if exact_replies is not None:
+            result.exact_shared = _shared(replies[engine], exact_replies)
         results.append(result)
     return results
+
+
+def _shared(mine: Sequence[list[int]], theirs: Sequence[list[int]]) -> list[tuple[int, int]]:
+    """Per prompt: the ids ``mine`` shares with ``theirs`` from the start, and ``theirs``' length."""
+    return [(len(b) if a == b else shared_prefix(a, b), len(b)) for a, b in zip(mine, theirs)]
 
 
 def table(results: Sequence[Fidelity], model: str) -> str:
@@ -193,14 +208,17 @@ def table(results: Sequence[Fidelity], model: str) -> str:
         "",
         "| backend | next-token agreement with llama.cpp |"
         + (" with the exact F32 weights |" if exact else "")
-        + " greedy replies identical | ids shared (mean / min) |",
-        "|---|---:|" + ("---:|" if exact else "") + "---:|---:|",
+        + " greedy replies identical | ids shared (mean / min) |"
+        + (" greedy replies identical with the exact weights |" if exact else ""),
+        "|---|---:|" + ("---:|" if exact else "") + "---:|---:|" + ("---:|" if exact else ""),
     ]
     for r in results:
         shared = [n for n, _ in r.shared]
         exact_cell = f" {100 * r.exact_agreeing / r.positions:.1f}% |" if exact else ""
+        exact_replies = f" {r.identical_exact_replies}/{len(r.exact_shared)} |" if exact else ""
         lines.append(f"| {r.engine} | {100 * r.agreement:.1f}% ({r.agreeing}/{r.positions}) |{exact_cell} "
-                     f"{r.identical_replies}/{len(r.shared)} | {sum(shared) / len(shared):.1f} / {min(shared)} |")
+                     f"{r.identical_replies}/{len(r.shared)} | {sum(shared) / len(shared):.1f} / {min(shared)} |"
+                     + exact_replies)
     return "\n".join(lines)
 
 
