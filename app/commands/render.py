@@ -7,6 +7,9 @@
 ``FILE.json`` is a JSON list of ``{"role": ..., "content": ...}`` objects (with
 ``tool_calls`` / ``tool_call_id`` / ``name`` as Hugging Face writes tool calls and
 results); ``TOOLS.json`` a JSON list of tool schemas given to the template as ``tools``.
+The messages are rendered as given (as HF's ``apply_chat_template`` would): a chat
+with tools also joins ``tools.instructions`` to its system message, so put that
+text in FILE.json's system message to see such a chat's prompt.
 Without ``--ids`` the rendered text is written as is (no newline added);
 with ``--ids`` one JSON array of the prompt ids, the same ids a chat would
 send: markup as control tokens, message text as plain text, one BOS where
@@ -39,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="enable_thinking=true for templates that read it")
     think.add_argument("--no-think", dest="think", action="store_false", help="enable_thinking=false")
     parser.add_argument("--tools", help='JSON file: [{"type": "function", "function": {"name": ..., '
-                        '"parameters": {...}}}, ...] passed to the template')
+                        '"parameters": {...}}}, ...] passed to the template (the messages stay as given; '
+                        'a chat with tools also joins tools.instructions to its system message)')
     parser.add_argument("--no-generation-prompt", dest="generation_prompt", action="store_false",
                         help="leave out the assistant header at the end")
     shown = parser.add_mutually_exclusive_group()
