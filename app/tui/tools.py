@@ -186,6 +186,7 @@ class ToolsMixin:
         names = [n for n in settings.selected() if n in settings.servers]
         text = tools_table(self.tool_hub, names, self.tool_hub.failures, counter)
         if self.session is not None and self.session.tools:
-            text += (f"\nIn this chat's prompt the tools take {tools_prompt_tokens(self.session)} tokens "
+            extra = " with tools.instructions" if self.session.tool_instructions else ""
+            text += (f"\nIn this chat's prompt the tools take {tools_prompt_tokens(self.session)} tokens{extra} "
                      f"(template {self.session.template.name}), counted in the context meter.")
         return text
