@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from backends.base import LoadOptions, SamplingParams  # noqa: E402
+from backends.base import LoadOptions, SamplingParams, common_prefix_length  # noqa: E402
 
 REFERENCE = "llama.cpp"
 ENGINES = ("llama.cpp", "mlx", "openvino")
@@ -140,15 +140,6 @@ def teacher_forced(backend, ids: Sequence[int], positions: int) -> list[int]:
     return picks
 
 
-def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
             exact: Path | None = None) -> list[Fidelity]:
     """Load each engine alone (the reference first) and compare it with llama.cpp.
@@ -196,7 +187,7 @@ def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
 
 def _shared(mine: Sequence[list[int]], theirs: Sequence[list[int]]) -> list[tuple[int, int]]:
     """Per prompt: the ids ``mine`` shares with ``theirs`` from the start, and ``theirs``' length."""
-    return [(len(b) if a == b else shared_prefix(a, b), len(b)) for a, b in zip(mine, theirs)]
+    return [(len(b) if a == b else common_prefix_length(a, b), len(b)) for a, b in zip(mine, theirs)]
 
 
 def table(results: Sequence[Fidelity], model: str) -> str:

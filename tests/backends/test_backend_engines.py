@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ENGINES, load_backend
 
-from backends.base import BackendError, SamplingParams
+from backends.base import BackendError, SamplingParams, common_prefix_length
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
 #: when only the prompt side matters: evaluate the prompt, sample one id
@@ -140,12 +140,7 @@ def agreement(a: list[int], b: list[int]) -> int:
     """Ids in common from the start; identical replies (same stop) agree in full."""
     if a == b:
         return max(len(a), N)
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return common_prefix_length(a, b)
 
 
 def _replies(backend, vocab) -> list[list[int]]:
