@@ -241,6 +241,10 @@ class ChatSession:
         parts = (self.system_prompt, self.tool_instructions if self.tools else "")
         return "\n\n".join(p for p in parts if p)
 
+    def _system_messages(self) -> list[ChatMessage]:
+        """The system message every prompt starts with (none when ``system_text`` is empty)."""
+        return [ChatMessage("system", self.system_text)] if self.system_text else []
+
     def set_system(self, text: str) -> None:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
         self.system_prompt = text
@@ -391,8 +395,7 @@ class ChatSession:
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
         """What this turn sent (called before the reply is appended: the user message is last)."""
-        system = [ChatMessage("system", self.system_text)] if self.system_text else []
-        return PromptRecord(prompt, tuple(system + self.messages[self._window:]),
+        return PromptRecord(prompt, tuple(self._system_messages() + self.messages[self._window:]),
                             tuple(self.messages[: self._window]), tuple(reply_ids), self.context_size)
 
     def rebuilt_record(self, reply_index: int) -> PromptRecord:
@@ -406,15 +409,12 @@ class ChatSession:
         """
         from templates import prompt_ids
 
-        before = self.messages[:reply_index]
-        messages = [{"role": "system", "content": self.system_text}] if self.system_text else []
-        messages += [_template_message(m) for m in before]
-        rendered = self.template.render(messages, add_generation_prompt=True,
+        path = self._system_messages() + self.messages[:reply_index]
+        rendered = self.template.render([_template_message(m) for m in path], add_generation_prompt=True,
                                         enable_thinking=self.enable_thinking, tools=self.tools)
         prompt = BuiltPrompt(rendered, prompt_ids(self.tokenizer, rendered), 0)
-        system = [ChatMessage("system", self.system_text)] if self.system_text else []
         reply = self.messages[reply_index]
-        return PromptRecord(prompt, tuple(system + before), (), tuple(self.tokenizer.encode(reply.content)),
+        return PromptRecord(prompt, tuple(path), (), tuple(self.tokenizer.encode(reply.content)),
                             self.context_size)
 
     def tool_schema_spans(self, record: PromptRecord) -> list[tuple[str, int, int]]:
@@ -436,11 +436,7 @@ class ChatSession:
     # -- fitting the context ----------------------------------------------------------------
 
     def _template_messages(self, start: int, new: list[ChatMessage]) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = (
-            [{"role": "system", "content": self.system_text}] if self.system_text else [])
-        messages += [_template_message(m) for m in self.messages[start:]]
-        messages += [_template_message(m) for m in new]
-        return messages
+        return [_template_message(m) for m in [*self._system_messages(), *self.messages[start:], *new]]
 
     def _fit(self, new: list[ChatMessage]) -> tuple[BuiltPrompt | None, str | None]:
         """The prompt for ``new``, dropping the oldest turns if needed; (None, why) if it cannot fit."""
