@@ -30,9 +30,11 @@ import hashlib
 import json
 import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import unquote, urlparse
 
 #: bytes written per socket send (small enough for cuts and holds to land mid-file)
@@ -292,3 +294,22 @@ def point_hub_at(endpoint: str, home: Path, monkeypatch) -> Path:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     return home / "hub"
+
+
+#: the repo and file the stand-in serves SmolLM2 under (see :func:`serving_smollm`)
+SMOLLM_REPO = "tokchat-test/SmolLM2-135M-Instruct-GGUF"
+SMOLLM_FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
+
+
+@contextmanager
+def serving_smollm(smollm_path: Path, home: Path, monkeypatch) -> Iterator[HubStandin]:
+    """A started stand-in serving ``SMOLLM_REPO/SMOLLM_FILE``, with the hub client pointed at it
+    (a fresh cache under ``home``); stopped on exit."""
+    server = HubStandin()
+    server.add_file(SMOLLM_REPO, SMOLLM_FILE, smollm_path)
+    server.start()
+    point_hub_at(server.endpoint, home, monkeypatch)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -17,22 +17,17 @@ from app.hub_cache import cached_model, remove_model
 from app.hub_ref import HubRef, parse_ref
 from assets import cache_dir
 from gguf_split import cached_split
-from hub_standin import HubStandin, point_hub_at, sha256_of
+from hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
 
-REPO = "tokchat-test/SmolLM2-135M-Instruct-GGUF"
-FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
+REPO, FILE = SMOLLM_REPO, SMOLLM_FILE
 SPLIT_REPO = "tokchat-test/SmolLM2-135M-Instruct-split-GGUF"
 SPLIT_STEM = "SmolLM2-135M-Instruct-Q4_1"
 
 
 @pytest.fixture
 def standin(tmp_path, monkeypatch, smollm_path):
-    server = HubStandin()
-    server.add_file(REPO, FILE, smollm_path)
-    server.start()
-    point_hub_at(server.endpoint, tmp_path / "hf", monkeypatch)
-    yield server
-    server.stop()
+    with serving_smollm(smollm_path, tmp_path / "hf", monkeypatch) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -15,24 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from hub_standin import HubStandin, point_hub_at, sha256_of
+from hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
 
 ROOT = Path(__file__).resolve().parents[2]
-REPO = "tokchat-test/SmolLM2-135M-Instruct-GGUF"
-FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
+REPO, FILE = SMOLLM_REPO, SMOLLM_FILE
 
 
 @pytest.fixture
 def standin(tmp_path, monkeypatch, smollm_path):
-    server = HubStandin()
-    server.add_file(REPO, FILE, smollm_path)
-    server.start()
-    point_hub_at(server.endpoint, tmp_path / "hf", monkeypatch)
-    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.setenv("COLUMNS", "120")
-    yield server
-    server.stop()
+    with serving_smollm(smollm_path, tmp_path / "hf", monkeypatch) as server:
+        monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+        monkeypatch.setenv("COLUMNS", "120")
+        yield server
 
 
 def tokchat(*args: str, stdin: str = "", **kwargs) -> subprocess.CompletedProcess:

@@ -15,12 +15,11 @@ from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 from app.options import ChatOptions
 from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.model_picker import ModelPicker
-from hub_standin import HubStandin, point_hub_at, sha256_of
+from hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
 
 pytestmark = pytest.mark.anyio
 
-REPO = "tokchat-test/SmolLM2-135M-Instruct-GGUF"
-FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
+REPO, FILE = SMOLLM_REPO, SMOLLM_FILE
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -88,13 +87,9 @@ async def test_model_opens_a_picker_that_lists_and_switches(scripted_app, machin
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch, smollm_path):
-    server = HubStandin()
-    server.add_file(REPO, FILE, smollm_path)
-    server.start()
-    point_hub_at(server.endpoint, tmp_path / "hf", monkeypatch)
-    monkeypatch.setenv("TOKCHAT_DATA_DIR", str(tmp_path / "data"))
-    yield server
-    server.stop()
+    with serving_smollm(smollm_path, tmp_path / "hf", monkeypatch) as server:
+        monkeypatch.setenv("TOKCHAT_DATA_DIR", str(tmp_path / "data"))
+        yield server
 
 
 async def test_a_download_runs_beside_the_chat_esc_cancels_and_the_next_resumes(scripted_app, hub, tmp_path,
