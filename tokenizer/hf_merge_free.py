@@ -205,6 +205,23 @@ def pre_tokenizer(spec: Any) -> Callable[[list[tuple[str, bool]]], list[tuple[st
 
 # -- models -----------------------------------------------------------------------------
 
+#: distinct pieces a model keeps encoded before its cache starts over
+PIECE_CACHE_LIMIT = 200_000
+
+
+def _cached_ids(cache: dict[str, list[int]], pieces: list[str], ids_of: Callable[[str], list[int]]) -> list[int]:
+    """The ids of ``pieces``, each distinct piece encoded once by ``ids_of`` (text repeats its words)."""
+    if len(cache) > PIECE_CACHE_LIMIT:
+        cache.clear()
+    out: list[int] = []
+    for p in pieces:
+        ids = cache.get(p)
+        if ids is None:
+            ids = cache[p] = ids_of(p)
+        out.extend(ids)
+    return out
+
+
 class HFWordPiece:
     """HF ``WordPiece``: ``vocab`` text -> id, ``##`` continuations, per-word cache."""
 
@@ -233,15 +250,7 @@ class HFWordPiece:
         return out
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
-        cache, out = self.cache, []
-        if len(cache) > 200_000:
-            cache.clear()
-        for p in pieces:
-            ids = cache.get(p)
-            if ids is None:
-                ids = cache[p] = self.word_ids(p)
-            out.extend(ids)
-        return out
+        return _cached_ids(self.cache, pieces, self.word_ids)
 
 
 def _c_wordpiece(vocab: dict[str, int], prefix: str) -> Any:
@@ -356,15 +365,10 @@ class HFUnigram:
         return out
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
-        cache, out = self.cache, []
-        if len(cache) > 200_000:
-            cache.clear()
-        for p in pieces:
-            ids = cache.get(p)
-            if ids is None:
-                ids = cache[p] = self.piece_ids(p) if p else []
-            out.extend(ids)
-        return out
+        return _cached_ids(self.cache, pieces, self._ids_of_piece)
+
+    def _ids_of_piece(self, piece: str) -> list[int]:
+        return self.piece_ids(piece) if piece else []
 
 
 def _wordpiece_render(prefix: str):
