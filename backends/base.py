@@ -100,6 +100,10 @@ class LoadOptions:
     n_threads: int | None = None
     n_gpu_layers: int | None = None
     log_path: Path | None = None  # engine logs go here, never to the terminal
+    #: llama.cpp's flash attention: "auto" (llama.cpp's and llama-server's default), "on" or "off"
+    flash_attn: str = "auto"
+    #: llama.cpp's weight repacking (extra buffer types such as AMX); False = ``--no-repack``
+    repack: bool = True
     #: the model's header when the caller already read it (a backends.model_meta.ModelMeta): read once
     model_meta: Any = field(default=None, repr=False, compare=False)
 
@@ -117,6 +121,30 @@ class BackendInfo:
     notes: list[str] = field(default_factory=list)
     #: a short caveat the model bar keeps showing (e.g. a lossy weight conversion); "" = none
     caveat: str = ""
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far an engine got evaluating a prompt: ``done`` of ``total`` new ids since ``started``.
+
+    Backends that evaluate a long prompt in chunks keep the latest one in an
+    optional ``prompt_progress`` attribute (read with ``getattr``: the
+    Protocol does not require it); the TUI shows it while it waits.
+    """
+
+    done: int
+    total: int
+    started: float  # time.monotonic() when the evaluation began
+
+    def rate(self, now: float) -> float:
+        """Ids evaluated per second so far (0 before the first chunk is done)."""
+        elapsed = now - self.started
+        return self.done / elapsed if self.done and elapsed > 0 else 0.0
+
+    def seconds_left(self, now: float) -> float | None:
+        """The estimated time to the end of the prompt, None until there is a rate."""
+        rate = self.rate(now)
+        return (self.total - self.done) / rate if rate > 0 else None
 
 
 @runtime_checkable

@@ -202,12 +202,11 @@ def candidates_for(f: MachineFacts) -> tuple[list[Candidate], list[str]]:
     any_gpu = f"a GPU found ({', '.join(f.drm_vendors)})" if f.drm_vendors else None
     out.append(_llama_gpu("vulkan", f, any_gpu, "no GPU was found in /sys/class/drm"))
     if r.llama_cpp_version:
-        from backends.llama_cpp import available_cpus, default_threads
+        from backends.cpu import available_cpus, llama_default_threads
 
-        spare = ", one left for the UI" if available_cpus() > 1 else ""
         out.append(Candidate("cpu", "llama.cpp", "CPU", True,
-                             f"llama.cpp runs on any CPU (the fallback): {default_threads()} generation "
-                             f"thread(s) of {available_cpus()} CPUs{spare}"))
+                             f"llama.cpp runs on any CPU (the fallback): {llama_default_threads()} generation "
+                             f"thread(s) of {available_cpus()} CPUs, llama.cpp's default (its physical cores)"))
     else:
         out.append(Candidate("cpu", "llama.cpp", "CPU", False, "llama-cpp-python is not installed",
                              "pip install llama-cpp-python"))

@@ -1,67 +1,46 @@
-"""llama.cpp through llama-cpp-python: CPU, CUDA, ROCm (HIP), Vulkan and Metal builds.
+"""llama.cpp through llama-cpp-python's C API: CPU, CUDA, ROCm (HIP), Vulkan and Metal builds.
 
 Every turn passes the whole conversation's ids; the backend keeps the
 longest common prefix of llama.cpp's KV cache and evaluates only the rest,
 ``PREFILL_CHUNK`` ids at a time, so a cancel is honoured between batches of
-a long prompt too.  Ids are picked by a llama.cpp sampler chain built in
-:mod:`backends.llama_sampler` (tokchat's sampling meaning, the prompt in
-the penalty window), not by ``Llama.generate``'s own.  A
-subclass of ``Llama`` counts the ids the engine's ``eval`` really evaluated
-(``last_prompt_evaluated`` is measured, not inferred).
+a long prompt and :attr:`prompt_progress` says how far it got.  Ids are
+picked by a llama.cpp sampler chain built in :mod:`backends.llama_sampler`
+(tokchat's sampling meaning, the prompt in the penalty window).  The model
+and context are held by :class:`backends.llama_engine.LlamaEngine` with
+llama.cpp's own defaults (flash attention auto, every physical core), so a
+greedy reply here is the one a default ``llama-server`` gives.
+
+This class runs wherever it is made: :mod:`backends.engine_host` makes it in
+a child process, so a native crash of llama.cpp is not a crash of the chat.
 
 Not handled: multiple sequences, grammars, speculative decoding.
 """
 from __future__ import annotations
 
-import functools
 import os
+import time
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
+    BackendError, BackendInfo, LoadOptions, PromptProgress, SamplingParams, checked_prompt, common_prefix_length,
+    resolve_seed,
 )
+from backends.cpu import available_cpus, llama_default_threads
 from backends.engine_log import capture_llama_log
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
 
-#: ids per engine call while evaluating a long new prompt: the cancel granularity there
-PREFILL_CHUNK = 128
+#: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
+PREFILL_CHUNK = 256
 
-
-def available_cpus() -> int:
-    """CPUs this process may run on (cgroup/affinity aware where the OS tells)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
+__all__ = ["LlamaCppBackend", "available_cpus", "default_threads", "PREFILL_CHUNK"]
 
 
 def default_threads() -> int:
-    """All CPUs but one: that one is left for the UI and Python's side of the pipeline.
-
-    llama.cpp's worker threads spin-wait at every barrier, so when one of
-    them shares a core with another busy thread the whole step waits for
-    it.  Measured on this project's 2-core machine under load: 2 threads
-    decoded SmolLM2 at 0.4-6.7 tok/s, 1 thread at 30-35 tok/s.
-    """
-    return max(1, available_cpus() - 1)
-
-
-@functools.cache
-def _counting_llama_class():
-    """``llama_cpp.Llama`` that counts the ids its ``eval`` evaluates (built lazily: heavy import)."""
-    import llama_cpp
-
-    class CountingLlama(llama_cpp.Llama):
-        tokchat_evaluated = 0
-
-        def eval(self, tokens: Sequence[int]) -> None:
-            self.tokchat_evaluated += len(tokens)
-            super().eval(tokens)
-
-    return CountingLlama
+    """llama.cpp's own default (:func:`backends.cpu.llama_default_threads`)."""
+    return llama_default_threads()
 
 
 class LlamaCppBackend:
@@ -71,15 +50,19 @@ class LlamaCppBackend:
         self.device = device
         self.info = BackendInfo(backend="llama.cpp", device=device, model_name="", quantization="", context_size=0)
         self.last_prompt_evaluated = 0
+        #: how far the prompt evaluation of the running reply got; None before the first
+        self.prompt_progress: PromptProgress | None = None
+        #: called with every new :attr:`prompt_progress` (on the engine's thread); the engine host forwards it
+        self.on_prompt_progress: Callable[[PromptProgress], None] | None = None
         self.log_path: Path | None = None
-        self._llm = None
+        self._engine = None
         self._worker: GenerationWorker | None = None
         self._model_path: Path | None = None
         self._model_identity: tuple[int, int] | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         try:
-            import llama_cpp
+            from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError
         except ImportError as exc:
             raise BackendError(
                 "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
@@ -92,18 +75,18 @@ class LlamaCppBackend:
         if gpu_layers is None:
             gpu_layers = 0 if self.device == "CPU" else -1
         threads = options.n_threads or default_threads()
-        self.log_path = capture_llama_log(options.log_path)
-        self._worker = GenerationWorker("llama.cpp")
-
-        def build():
-            return _counting_llama_class()(
-                model_path=str(model_path), n_ctx=n_ctx, n_gpu_layers=gpu_layers, n_threads=threads,
-                n_threads_batch=threads, verbose=False,
-            )
-
+        params = EngineParams(n_ctx=n_ctx, n_threads=threads, n_gpu_layers=gpu_layers,
+                              flash_attn=options.flash_attn, repack=options.repack)
         try:
-            self._llm = self._worker.call(build)
-        except (ValueError, RuntimeError, OSError) as exc:
+            self.log_path = capture_llama_log(options.log_path)
+        except ImportError as exc:
+            raise BackendError(
+                "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
+            ) from exc
+        self._worker = GenerationWorker("llama.cpp")
+        try:
+            self._engine = self._worker.call(lambda: LlamaEngine(Path(model_path), params))
+        except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
             self._worker.close()
             self._worker = None
             raise BackendError(
@@ -117,57 +100,74 @@ class LlamaCppBackend:
         if gpu_layers != 0 and isinstance(blocks, int):
             # llama.cpp counts the output layer as one more offloadable layer
             offloaded = blocks + 1 if gpu_layers < 0 else min(gpu_layers, blocks + 1)
+        engine_ctx = self._engine.n_ctx()
+        repack = "" if options.repack else ", weight repacking off"
         self.info = BackendInfo(
             backend="llama.cpp", device=self.device, model_name=meta.name, quantization=meta.quantization,
-            context_size=self._llm.n_ctx(), offloaded_layers=offloaded,
-            notes=[f"llama.cpp: {threads} thread(s), n_ctx {self._llm.n_ctx()}, log in {self.log_path}"],
+            context_size=engine_ctx, offloaded_layers=offloaded,
+            notes=[f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {options.flash_attn}"
+                   f"{repack}, log in {self.log_path}"],
         )
 
     def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> bool:
         """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.
 
         At least the last prompt id is evaluated again: its logits pick the
-        first reply id.  ``Llama.eval`` drops cached ids beyond ``n_tokens``.
+        first reply id.
         """
-        llm = self._llm
-        keep = min(common_prefix_length(llm._input_ids, prompt), len(prompt) - 1)
-        if keep == 0:
-            llm.reset()
-        else:
-            llm.n_tokens = keep
+        engine = self._engine
+        keep = min(common_prefix_length(engine.tokens, prompt), len(prompt) - 1)
+        engine.truncate(keep)
+        total = len(prompt) - keep
+        started = time.monotonic()
         for start in range(keep, len(prompt), PREFILL_CHUNK):
             if cancelled():
                 return False
-            llm.eval(prompt[start : start + PREFILL_CHUNK])
+            self._report(PromptProgress(start - keep, total, started))
+            engine.decode(prompt[start : start + PREFILL_CHUNK])
+        self._report(PromptProgress(total, total, started))
         return True
+
+    def _report(self, progress: PromptProgress) -> None:
+        self.prompt_progress = progress
+        if self.on_prompt_progress is not None:
+            self.on_prompt_progress(progress)
 
     def generate(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
     ) -> Iterator[int]:
-        if self._llm is None or self._worker is None:
+        if self._engine is None or self._worker is None:
             raise BackendError("no model loaded")
         self._check_model_file()
-        n_ctx = self._llm.n_ctx()
+        n_ctx = self._engine.n_ctx()
         prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)
         seed = resolve_seed(sampling)
+        self.prompt_progress = None
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
-            llm = self._llm
-            llm.tokchat_evaluated = 0
-            prefilled = self._prefill(prompt, cancelled)
-            self.last_prompt_evaluated = llm.tokchat_evaluated
+            from backends.llama_engine import LlamaEngineError
+
+            engine = self._engine
+            engine.evaluated = 0
+            try:
+                prefilled = self._prefill(prompt, cancelled)
+            except LlamaEngineError as exc:
+                raise BackendError(str(exc)) from exc
+            self.last_prompt_evaluated = engine.evaluated
             if not prefilled:
                 return
-            sampler = LlamaCppSampler(sampling, seed, llm.n_vocab(), n_ctx, prompt)
+            sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt)
             try:
                 for count in range(1, sampling.max_tokens + 1):
-                    token = sampler.sample(llm.ctx)
+                    token = sampler.sample(engine.ctx)
                     emit(token)
-                    # llm.n_tokens == n_ctx: the id just emitted would not fit, so the reply ends here
-                    if token in stops or count >= sampling.max_tokens or cancelled() or llm.n_tokens >= n_ctx:
+                    # a full context: the id just emitted would not fit, so the reply ends here
+                    if token in stops or count >= sampling.max_tokens or cancelled() or len(engine.tokens) >= n_ctx:
                         return
-                    llm.eval([token])
+                    engine.decode([token])
+            except LlamaEngineError as exc:
+                raise BackendError(str(exc)) from exc
             finally:
                 sampler.close()
 
@@ -200,7 +200,7 @@ class LlamaCppBackend:
 
     def close(self) -> None:
         """Free the model on its own thread and join the thread."""
-        worker, llm = self._worker, self._llm
-        self._worker, self._llm = None, None
+        worker, engine = self._worker, self._engine
+        self._worker, self._engine = None, None
         if worker is not None:
-            worker.close(llm.close if llm is not None else None)
+            worker.close(engine.close if engine is not None else None)

@@ -3,9 +3,12 @@
 Backends are looked up by engine name; each module imports its engine only
 inside ``load``.  The decisions (what was chosen, what failed and why) go
 into ``backend.info.notes`` so the UI and ``--stats`` can show them.
+Every engine runs in its own process (:mod:`backends.hosted`), so a native
+crash costs the reply, never the chat.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -14,6 +17,11 @@ from backends.base import Backend, BackendError, LoadOptions
 from backends.detect import Candidate, detect, plan
 from backends.model_meta import is_mlx_dir
 from backends.probe import SystemProbe
+
+
+def in_process() -> bool:
+    """``TOKCHAT_ENGINE_IN_PROCESS=1``: engines run inside tokchat (debugging; a crash then ends the chat)."""
+    return os.environ.get("TOKCHAT_ENGINE_IN_PROCESS", "") == "1"
 
 
 def _llama(c: Candidate) -> Backend:
@@ -34,8 +42,15 @@ def _mlx(c: Candidate) -> Backend:
     return MLXBackend()
 
 
-#: engine name -> factory
+#: engine name -> factory of the engine itself (what runs in the engine host's process)
 ENGINES: dict[str, Callable[[Candidate], Backend]] = {"llama.cpp": _llama, "openvino": _openvino, "mlx": _mlx}
+
+
+def hosted(c: Candidate) -> Backend:
+    """The engine of ``c`` in its own process (:mod:`backends.hosted`)."""
+    from backends.hosted import HostedBackend
+
+    return HostedBackend(c.engine, c.device)
 
 
 def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> Backend:
@@ -48,7 +63,7 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
     order = plan(report, options.backend, model_is_mlx=model_is_mlx)
     notes: list[str] = []
     for n, candidate in enumerate(order):
-        backend = ENGINES[candidate.engine](candidate)
+        backend = ENGINES[candidate.engine](candidate) if in_process() else hosted(candidate)
         opts = options
         if candidate.engine != "openvino" and options.device:
             opts = replace(options, device=None)  # --device picks the OpenVINO device only

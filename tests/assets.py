@@ -25,6 +25,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, when run as a script
+from backends.engine_patches import apply_all, patches_digest  # noqa: E402
+
 FETCH_COMMAND = "python tests/assets.py"
 
 
@@ -257,6 +260,8 @@ def _build_from_sdist(asset: Asset, workdir: Path) -> None:
                 continue  # the vocab GGUFs are the llama.cpp-models asset
             member.name = rel
             tf.extract(member, src, **_EXTRACT_OPTIONS)
+    # the same patched llama.cpp as the engine dev.py installs (backends/patches/)
+    apply_all(src)
     build = workdir / "build"
     jobs = str(os.cpu_count() or 2)
     print(
@@ -307,7 +312,9 @@ def fetch(name: str) -> Path:
     """Fetch one asset unless a verified copy is already cached."""
     asset = ASSETS[name]
     marker = cache_dir() / f".{name}.ok"
-    if marker.exists():
+    # a build from other patches is another build: its marker names the patches it was made with
+    stamp = f"ok {patches_digest()}\n" if asset.build_targets else "ok\n"
+    if marker.exists() and marker.read_text() == stamp:
         return cache_dir() / name
     cache_dir().mkdir(parents=True, exist_ok=True)
     print(f"fetching test asset {name} ...", flush=True)
@@ -318,7 +325,7 @@ def fetch(name: str) -> Path:
             _fetch_sdist_folder(asset, Path(tmp))
         else:
             _fetch_file_asset(asset, Path(tmp))
-    marker.write_text("ok\n")
+    marker.write_text(stamp)
     return cache_dir() / name
 
 

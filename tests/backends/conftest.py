@@ -41,10 +41,18 @@ def vocab(smollm_path):
     vocab.llm.close()
 
 
-def _load(engine: str, path: Path, tmp_dir: Path):
-    """A loaded backend of ``engine`` with its log under ``tmp_dir``."""
+def _load(engine: str, path: Path, tmp_dir: Path, hosted: bool = True):
+    """A loaded backend of ``engine`` with its log under ``tmp_dir``.
+
+    ``hosted``: in its own process, as tokchat runs every engine (:mod:`backends.hosted`);
+    False: the engine's class inside this process.
+    """
     options = LoadOptions(log_path=tmp_dir / "engine.log")
-    if engine == "llama.cpp":
+    if hosted:
+        from backends.hosted import HostedBackend
+
+        backend = HostedBackend(engine)
+    elif engine == "llama.cpp":
         from backends.llama_cpp import LlamaCppBackend
 
         backend = LlamaCppBackend()
@@ -60,9 +68,9 @@ def _load(engine: str, path: Path, tmp_dir: Path):
     return backend
 
 
-def load_backend(engine: str, path: Path, log_dir: Path):
+def load_backend(engine: str, path: Path, log_dir: Path, hosted: bool = True):
     """Load one real backend on ``path``; the caller closes it."""
-    return _load(engine, path, log_dir)
+    return _load(engine, path, log_dir, hosted)
 
 
 @pytest.fixture(scope="session", params=ENGINES)

@@ -1,0 +1,157 @@
+"""The engine's own process: ``python -m backends.engine_host``, started and owned by :mod:`backends.hosted`.
+
+Native engines (llama.cpp, OpenVINO, MLX) can die of a signal: a bad kernel
+(llama.cpp's AMX fault), an instruction the CPU lacks, the OOM killer.  Run
+inside the chat they would take the UI, the terminal and the reply with
+them, so each loaded model lives here instead, in a child process that
+speaks ids over a pipe, as ollama runs each model in its own runner.
+
+The wire: one JSON object per line.  The parent writes requests on our
+stdin; we answer on the stdout we were given, which is moved off fd 1 at
+start so that nothing an engine prints there can corrupt the stream (fd 1
+and 2 both go to the engine log).
+
+Requests (parent -> child)::
+
+    {"op": "load", "engine": "llama.cpp", "device": "CPU", "path": ..., "options": {...}}
+    {"op": "generate", "job": 3, "prompt": [ids], "sampling": {...}, "stop": [ids]}
+    {"op": "cancel", "job": 3}          # acted on at once, by the reader thread
+    {"op": "close"}
+
+Answers (child -> parent), every one of a generation tagged with its job::
+
+    {"loaded": {BackendInfo fields}}  |  {"error": "one line"}
+    {"job": 3, "progress": [done, total]}           # while the prompt is evaluated
+    {"job": 3, "ids": [id], "evaluated": n}         # every generated id
+    {"job": 3, "done": true, "evaluated": n}        |  {"job": 3, "error": "one line"}
+
+Sampling stays here, beside the logits; only ids cross the pipe.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import queue
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from backends.base import BackendError, LoadOptions, PromptProgress, SamplingParams
+
+
+class _Wire:
+    """The answer stream: whole lines, written under a lock (the engine thread reports progress too)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            self._out.write(line)
+            self._out.flush()
+
+
+def _make_backend(engine: str, device: str):
+    from backends.detect import Candidate
+    from backends.registry import ENGINES
+
+    return ENGINES[engine](Candidate(device.lower(), engine, device, runnable=True, reason=""))
+
+
+class EngineHost:
+    """Serves one backend to the parent; see the module docstring."""
+
+    def __init__(self, wire: _Wire) -> None:
+        self.wire = wire
+        self.backend = None
+        self.current_job: int | None = None
+        self.requests: queue.Queue = queue.Queue()
+
+    def read_requests(self, stdin: IO[bytes]) -> None:
+        """The reader thread: a cancel acts at once, everything else waits its turn."""
+        for line in stdin:
+            request = json.loads(line)
+            if request.get("op") == "cancel":
+                if self.backend is not None and request.get("job") == self.current_job:
+                    self.backend.cancel()
+                continue
+            self.requests.put(request)
+        self.requests.put({"op": "close"})  # the parent is gone: end
+
+    def serve(self) -> None:
+        while True:
+            request = self.requests.get()
+            op = request.get("op")
+            if op == "close":
+                return
+            if op == "load":
+                self._load(request)
+            elif op == "generate":
+                self._generate(request)
+
+    def _load(self, request: dict[str, Any]) -> None:
+        try:
+            options = LoadOptions(**{k: v for k, v in request["options"].items() if k != "log_path"})
+            if request["options"].get("log_path"):
+                options.log_path = Path(request["options"]["log_path"])
+            backend = _make_backend(request["engine"], request["device"])
+            backend.load(Path(request["path"]), options)
+        except BackendError as exc:
+            self.wire.send({"error": str(exc)})
+            return
+        self.backend = backend
+        self.wire.send({"loaded": asdict(backend.info)})
+
+    def _generate(self, request: dict[str, Any]) -> None:
+        job = request["job"]
+        backend = self.backend
+        if backend is None:
+            self.wire.send({"job": job, "error": "no model loaded"})
+            return
+        send = self.wire.send
+
+        def progress(p: PromptProgress) -> None:
+            send({"job": job, "progress": [p.done, p.total]})
+
+        if hasattr(backend, "on_prompt_progress"):
+            backend.on_prompt_progress = progress
+        self.current_job = job
+        try:
+            for token in backend.generate(request["prompt"], SamplingParams(**request["sampling"]),
+                                          request["stop"]):
+                send({"job": job, "ids": [int(token)], "evaluated": backend.last_prompt_evaluated})
+        except BackendError as exc:
+            send({"job": job, "error": str(exc)})
+            return
+        finally:
+            self.current_job = None
+        send({"job": job, "done": True, "evaluated": backend.last_prompt_evaluated})
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+
+
+def main() -> int:
+    # the answer stream gets its own descriptor; fd 1 then joins fd 2 (the engine log the parent opened)
+    wire = _Wire(os.fdopen(os.dup(1), "wb"))
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable()  # a native crash leaves the Python stack in the engine log
+    host = EngineHost(wire)
+    reader = threading.Thread(target=host.read_requests, args=(sys.stdin.buffer,), daemon=True)
+    reader.start()
+    try:
+        host.serve()
+    finally:
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

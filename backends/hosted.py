@@ -1,0 +1,297 @@
+"""A local engine in a child process, behind the same Backend Protocol: the chat outlives any engine crash.
+
+:class:`HostedBackend` starts ``python -m backends.engine_host`` (see there
+for the wire), loads the model in it and forwards ``generate``: prompt ids
+go down the pipe, generated ids come back one line each.  The session, the
+TUI and headless mode cannot tell it from the engine itself, except that:
+
+- a native crash of the engine (SIGSEGV, SIGILL, SIGABRT, SIGBUS, the OOM
+  killer's SIGKILL) ends the reply with one :class:`BackendError` line that
+  names the signal, the engine and its log; the caller keeps the partial
+  reply, and the next ``generate`` starts a fresh engine with the same model;
+- llama.cpp's AMX fault (a general protection fault in its AMX matmul on
+  Intel CPUs with AMX, llama.cpp #20824) is recognised: the engine restarts
+  with weight repacking off, the reply is retried if no id had been shown
+  yet, and ``info.caveat`` says so;
+- ``cancel`` ends the caller's iteration at once; the engine stops at its
+  next check, and its late ids are dropped by job number.
+
+While the child loads the model the parent is free (the TUI paints): the
+two no longer share one interpreter.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Collection, Iterator, Sequence
+
+from backends.base import BackendError, BackendInfo, LoadOptions, PromptProgress, SamplingParams
+from backends.cpu import has_amx
+
+#: how often a waiting caller re-checks the cancel flag, in seconds
+_POLL_S = 0.02
+#: how long closing waits for the child to end by itself before it is killed
+CLOSE_TIMEOUT_S = 10.0
+_EOF = object()
+#: the repository root, so that ``-m backends.engine_host`` imports this very tree
+_ROOT = Path(__file__).resolve().parent.parent
+
+_SIGNAL_WORDS = {
+    signal.SIGSEGV: "segmentation fault", signal.SIGILL: "illegal instruction: the engine was built for another CPU",
+    signal.SIGABRT: "aborted", signal.SIGBUS: "bus error", signal.SIGKILL: "killed, perhaps by the out-of-memory killer",
+    signal.SIGFPE: "arithmetic fault",
+}
+
+
+class EngineCrashed(BackendError):
+    """The engine's process died; ``returncode`` as Popen gives it (negative: the signal)."""
+
+    def __init__(self, message: str, returncode: int | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``"died of SIGSEGV (segmentation fault)"`` and the like, for a child's return code."""
+    if returncode is None:
+        return "stopped answering"
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return f"died of signal {-returncode}"
+        word = _SIGNAL_WORDS.get(sig)
+        return f"died of {sig.name}" + (f" ({word})" if word else "")
+    return f"exited with status {returncode}"
+
+
+class _Child:
+    """One engine process and the thread that reads its answers into a queue."""
+
+    def __init__(self, log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.log_start = log.tell()
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "backends.engine_host"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, env=env, start_new_session=True,
+            )
+        self.answers: queue.Queue = queue.Queue()
+        self._write_lock = threading.Lock()
+        threading.Thread(target=self._read, name="tokchat-engine-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.answers.put(json.loads(line))
+            except ValueError:
+                continue  # not ours: the wire is whole JSON lines only
+        self.answers.put(_EOF)
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Write one request; False if the child is gone (its crash is reported by the reader)."""
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        try:
+            with self._write_lock:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+        return True
+
+    def log_since_start(self) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_start)
+                return fh.read(4 << 20).decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        if self.proc.poll() is None:
+            self.send({"op": "close"})
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass  # already broken by the child's death: nothing left to flush
+
+
+def amx_fault(child: _Child, returncode: int | None, options: LoadOptions) -> bool:
+    """Whether a crash looks like llama.cpp's AMX fault: SIGSEGV, an AMX CPU, AMX weights in the log."""
+    if returncode != -signal.SIGSEGV or not options.repack or not has_amx():
+        return False
+    return "AMX" in child.log_since_start()
+
+
+class HostedBackend:
+    """A backend of ``engine`` on ``device``, run in its own process; see the module docstring."""
+
+    def __init__(self, engine: str, device: str = "CPU") -> None:
+        self.engine = engine
+        self.device = device
+        self.info = BackendInfo(backend=engine, device=device, model_name="", quantization="", context_size=0)
+        self.last_prompt_evaluated = 0
+        self.prompt_progress: PromptProgress | None = None
+        self.log_path: Path | None = None
+        self._child: _Child | None = None
+        self._model_path: Path | None = None
+        self._options: LoadOptions | None = None
+        self._job = 0
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        #: notes of restarts, kept across them
+        self._restart_notes: list[str] = []
+
+    # -- the child's life ---------------------------------------------------------------------------------
+    def load(self, model_path: Path, options: LoadOptions) -> None:
+        self._model_path, self._options = Path(model_path).absolute(), options
+        self._start()
+
+    def _start(self) -> None:
+        from backends.engine_log import default_log_path
+
+        assert self._model_path is not None and self._options is not None
+        options = self._options
+        self.log_path = Path(options.log_path) if options.log_path else default_log_path()
+        child = _Child(self.log_path)
+        wire_options = {k: v for k, v in asdict(replace(options, model_meta=None)).items() if k != "model_meta"}
+        wire_options["log_path"] = str(self.log_path)
+        child.send({"op": "load", "engine": self.engine, "device": self.device, "path": str(self._model_path),
+                    "options": wire_options})
+        answer = child.answers.get()
+        if answer is _EOF or "error" in answer:
+            if answer is _EOF:
+                code = child.proc.wait()
+                if amx_fault(child, code, options):
+                    child.stop()
+                    self._safe_restart_options()
+                    return self._start()
+                message = (f"the {self.engine} engine {describe_exit(code)} while loading "
+                           f"{self._model_path.name} (engine log: {self.log_path})")
+            else:
+                message = answer["error"]
+            child.stop()
+            raise BackendError(message)
+        self._child = child
+        info = answer["loaded"]
+        self.info = BackendInfo(**info)
+        self.info.notes = [*self._restart_notes, *self.info.notes]
+        if self._restart_notes and not self.info.caveat:
+            self.info.caveat = "AMX repacking off (llama.cpp #20824)"
+
+    def _safe_restart_options(self) -> None:
+        assert self._options is not None
+        self._options = replace(self._options, repack=False)
+        self._restart_notes.append(
+            "llama.cpp's AMX kernel crashed on this CPU (a known llama.cpp bug, #20824): the engine was "
+            "restarted with weight repacking off"
+        )
+
+    def _crash(self, child: _Child) -> EngineCrashed:
+        code = child.proc.wait()
+        child.stop()
+        self._child = None
+        return EngineCrashed(
+            f"the {self.engine} engine {describe_exit(code)}; the reply so far is kept and the next message "
+            f"starts the engine again (engine log: {self.log_path})", code,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The engine process's id (None while none runs)."""
+        return self._child.proc.pid if self._child is not None else None
+
+    # -- the Protocol -------------------------------------------------------------------------------------
+    def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
+    ) -> Iterator[int]:
+        if self._model_path is None:
+            raise BackendError("no model loaded")
+        if self._child is None:
+            self._start()  # the last engine died: a fresh one, same model and settings
+        return self._stream([int(t) for t in prompt_ids], sampling, [int(t) for t in stop_ids])
+
+    def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int]) -> Iterator[int]:
+        with self._lock:
+            self._job += 1
+            job = self._job
+        cancel = threading.Event()
+        self._cancel = cancel
+        self.prompt_progress = None
+        started = None
+        child = self._child
+        assert child is not None
+        child.send({"op": "generate", "job": job, "prompt": prompt, "sampling": asdict(sampling), "stop": stops})
+        shown = 0
+        finished = False
+        try:
+            while True:
+                if cancel.is_set():
+                    return
+                try:
+                    answer = child.answers.get(timeout=_POLL_S)
+                except queue.Empty:
+                    continue
+                if answer is _EOF:
+                    crash = self._crash(child)
+                    if shown == 0 and self._options is not None and amx_fault(child, crash.returncode, self._options):
+                        self._safe_restart_options()
+                        self._start()
+                        yield from self._stream(prompt, sampling, stops)
+                        return
+                    raise crash
+                if answer.get("job") != job:
+                    continue  # a late answer of a cancelled job
+                if "progress" in answer:
+                    done, total = answer["progress"]
+                    if started is None:
+                        started = time.monotonic()
+                    self.prompt_progress = PromptProgress(done, total, started)
+                elif "ids" in answer:
+                    self.last_prompt_evaluated = answer["evaluated"]
+                    for token in answer["ids"]:
+                        shown += 1
+                        yield token
+                elif "done" in answer:
+                    self.last_prompt_evaluated = answer["evaluated"]
+                    finished = True
+                    return
+                elif "error" in answer:
+                    finished = True
+                    raise BackendError(answer["error"])
+        finally:
+            if not finished and not cancel.is_set() and self._child is child:
+                # a caller that stops iterating early also stops the engine
+                cancel.set()
+                child.send({"op": "cancel", "job": job})
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        child = self._child
+        if child is not None:
+            child.send({"op": "cancel", "job": self._job})
+
+    def close(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
