@@ -1,0 +1,147 @@
+"""The engine host: llama.cpp in its own process, killed by real signals mid-reply.
+
+The child is the real ``python -m backends.engine_host`` running the real
+llama.cpp on SmolLM2; the crashes are real signals sent to it with
+``os.kill``.  After each one the caller gets one line naming the signal, the
+engine and its log, and the next reply comes from a fresh engine.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from backends.base import BackendError, LoadOptions, SamplingParams
+from backends.hosted import EngineCrashed, HostedBackend, describe_exit
+
+GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
+LONG = SamplingParams(temperature=0, max_tokens=400, repeat_penalty=1.0)
+STORY = "Write a very long story about a dragon who learns to cook, with many chapters."
+
+
+@pytest.fixture
+def hosted(smollm_path, tmp_path):
+    backend = HostedBackend("llama.cpp")
+    backend.load(smollm_path, LoadOptions(n_ctx=1024, log_path=tmp_path / "engine.log"))
+    yield backend
+    backend.close()
+
+
+def _kill_after(backend, prompt, n, signum):
+    """Stream a long reply, send ``signum`` to the engine after ``n`` ids; the ids and the error."""
+    got: list[int] = []
+    pid = backend.pid
+    with pytest.raises(EngineCrashed) as crashed:
+        for token in backend.generate(prompt, LONG, set()):
+            got.append(token)
+            if len(got) == n:
+                os.kill(pid, signum)
+    return got, crashed.value, pid
+
+
+@pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGILL, signal.SIGABRT, signal.SIGKILL],
+                         ids=["SIGSEGV", "SIGILL", "SIGABRT", "SIGKILL"])
+def test_a_signal_mid_reply_is_one_line_and_the_next_reply_comes_from_a_fresh_engine(
+        signum, hosted, vocab, tmp_path):
+    got, error, pid = _kill_after(hosted, vocab.chat(STORY), 5, signum)
+    assert 5 <= len(got) < LONG.max_tokens
+    message = str(error)
+    assert "\n" not in message
+    assert f"died of {signal.Signals(signum).name}" in message and "llama.cpp" in message
+    assert str(tmp_path / "engine.log") in message and "next message starts the engine again" in message
+    assert error.returncode == -signum
+    if signum == signal.SIGSEGV:
+        # faulthandler in the engine leaves the Python side of the crash in the log
+        assert "Fatal Python error: Segmentation fault" in (tmp_path / "engine.log").read_text()
+    again = list(hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    assert "Paris" in vocab.text(again)
+    assert hosted.pid is not None and hosted.pid != pid
+    # the fresh engine has an empty cache: the whole prompt was evaluated
+    assert hosted.last_prompt_evaluated == len(vocab.chat("What is the capital of France?"))
+
+
+def test_hosted_replies_equal_the_engine_in_this_process(hosted, vocab, smollm_path, tmp_path):
+    from backends.llama_cpp import LlamaCppBackend
+
+    local = LlamaCppBackend()
+    local.load(smollm_path, LoadOptions(n_ctx=1024, log_path=tmp_path / "local.log"))
+    try:
+        for question in ("What is the capital of France?", "Name three colours."):
+            prompt = vocab.chat(question)
+            assert list(hosted.generate(prompt, GREEDY, {vocab.eos})) == list(local.generate(prompt, GREEDY, {vocab.eos}))
+            assert hosted.last_prompt_evaluated == local.last_prompt_evaluated
+    finally:
+        local.close()
+
+
+def test_cancel_ends_the_iteration_and_late_ids_are_dropped(hosted, vocab):
+    got = []
+    for token in hosted.generate(vocab.chat(STORY), LONG, set()):
+        got.append(token)
+        if len(got) == 3:
+            hosted.cancel()
+    assert len(got) == 3  # nothing after the cancel reaches the caller
+    again = list(hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    assert "Paris" in vocab.text(again)
+
+
+def test_prompt_progress_comes_back_from_the_engine(hosted, vocab):
+    from backends.llama_cpp import PREFILL_CHUNK
+
+    long_prompt = vocab.ids("<|im_start|>user\n" + "The sea is wide and deep. " * 120 + "<|im_end|>\n")
+    long_prompt += vocab.chat("Summarise that.")
+    assert len(long_prompt) > 2 * PREFILL_CHUNK
+    list(hosted.generate(long_prompt, SamplingParams(temperature=0, max_tokens=1), set()))
+    progress = hosted.prompt_progress
+    assert progress is not None and progress.done == progress.total == len(long_prompt)
+
+
+def test_a_model_that_fails_to_load_is_one_error_and_no_process_is_left(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    backend = HostedBackend("llama.cpp")
+    with pytest.raises(BackendError) as failed:
+        backend.load(bad, LoadOptions(log_path=tmp_path / "engine.log"))
+    assert "\n" not in str(failed.value) and backend.pid is None
+
+
+def test_closing_ends_the_engine_process(smollm_path, tmp_path):
+    backend = HostedBackend("llama.cpp")
+    backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log"))
+    pid = backend.pid
+    assert pid is not None and os.path.exists(f"/proc/{pid}")
+    backend.close()
+    assert backend.pid is None
+    # reaped by close(): the pid no longer names our child
+    assert not os.path.exists(f"/proc/{pid}") or "engine_host" not in open(f"/proc/{pid}/cmdline").read()
+
+
+def test_the_engine_ends_when_its_parent_is_killed(smollm_path, tmp_path):
+    script = (
+        "import sys, time; from pathlib import Path; from backends.hosted import HostedBackend; "
+        "from backends.base import LoadOptions; b = HostedBackend('llama.cpp'); "
+        "b.load(Path(sys.argv[1]), LoadOptions(n_ctx=512, log_path=Path(sys.argv[2]))); "
+        "print(b.pid, flush=True); time.sleep(600)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, str(smollm_path), str(tmp_path / "engine.log")],
+                              stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(30)
+    # the engine reads EOF on its request pipe and ends by itself
+    for _ in range(300):
+        if not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the engine outlived its parent by 30 s")
+
+
+def test_exit_descriptions():
+    assert describe_exit(-signal.SIGSEGV) == "died of SIGSEGV (segmentation fault)"
+    assert describe_exit(-signal.SIGKILL) == "died of SIGKILL (killed, perhaps by the out-of-memory killer)"
+    assert describe_exit(3) == "exited with status 3"
