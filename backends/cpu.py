@@ -36,12 +36,11 @@ def cpu_flags() -> frozenset[str]:
 
 def cpu_model() -> str:
     """The CPU's model name, for reports (``/proc/cpuinfo``; else the platform's word)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass  # not Linux: the platform's own name below
+    path = Path("/proc/cpuinfo")
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
     return platform.processor() or platform.machine()
 
 

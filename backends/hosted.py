@@ -21,6 +21,7 @@ two no longer share one interpreter.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -129,11 +130,18 @@ class _Child:
                 self.proc.kill()
                 self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                try:
+            if stream is not None and not stream.closed:
+                with contextlib.suppress(OSError):  # a pipe the child's death broke: nothing to flush
                     stream.close()
-                except OSError:
-                    pass  # already broken by the child's death: nothing left to flush
+
+
+def amx_fault_record() -> Path:
+    """Where an AMX fault seen on this CPU is remembered, so later starts begin with repacking off."""
+    from platformdirs import user_cache_dir
+
+    from backends.cpu import build_fingerprint
+
+    return Path(user_cache_dir("tokchat", appauthor=False)) / f"amx-fault-{build_fingerprint()}"
 
 
 def amx_fault(child: _Child, returncode: int | None, options: LoadOptions) -> bool:
@@ -165,6 +173,10 @@ class HostedBackend:
     # -- the child's life ---------------------------------------------------------------------------------
     def load(self, model_path: Path, options: LoadOptions) -> None:
         self._model_path, self._options = Path(model_path).absolute(), options
+        if self.engine == "llama.cpp" and options.repack and has_amx() and amx_fault_record().exists():
+            self._options = replace(options, repack=False)
+            self._restart_notes.append(
+                f"weight repacking off: llama.cpp's AMX kernel crashed on this CPU before ({amx_fault_record()})")
         self._start()
 
     def _start(self) -> None:
@@ -196,12 +208,18 @@ class HostedBackend:
         info = answer["loaded"]
         self.info = BackendInfo(**info)
         self.info.notes = [*self._restart_notes, *self.info.notes]
-        if self._restart_notes and not self.info.caveat:
+        if not self._options.repack and not self.info.caveat:
             self.info.caveat = "AMX repacking off (llama.cpp #20824)"
 
     def _safe_restart_options(self) -> None:
         assert self._options is not None
         self._options = replace(self._options, repack=False)
+        record = amx_fault_record()
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(f"llama.cpp's AMX kernel crashed here; log: {self.log_path}\n")
+        except OSError as exc:  # not remembered: the next start meets the fault again and says so
+            self._restart_notes.append(f"(could not remember the AMX fault in {record}: {exc.strerror})")
         self._restart_notes.append(
             "llama.cpp's AMX kernel crashed on this CPU (a known llama.cpp bug, #20824): the engine was "
             "restarted with weight repacking off"

@@ -40,6 +40,39 @@ def model_caveats(model: str | None) -> list[str]:
             f"model {meta.path.name}: {meta.quantization}, no backend known to convert it lossily"]
 
 
+def engine_lines() -> list[str]:
+    """How the local engine runs here: its process, threads, the CPU's AMX and what tokchat chose for it."""
+    import sys
+    from pathlib import Path
+
+    from backends.cpu import build_fingerprint, cpu_model, has_amx, llama_default_threads
+    from backends.engine_patches import patch_files
+    from backends.hosted import amx_fault_record
+
+    lines = [f"engine: local engines run in their own process (a crash costs the reply, not the chat); "
+             f"llama.cpp with {llama_default_threads()} thread(s) (its default: the physical cores; --threads "
+             "changes it), flash attention auto (llama.cpp's default)",
+             f"cpu: {cpu_model()}, AMX {'yes' if has_amx() else 'no'}"]
+    patches = ", ".join(p.name for p in patch_files())
+    if has_amx():
+        if amx_fault_record().exists():
+            lines.append(f"amx: weight repacking OFF: llama.cpp's AMX kernel crashed on this CPU before "
+                         f"(remembered in {amx_fault_record()}; delete it to try again)")
+        else:
+            lines.append(f"amx: repacking ON with the AMX kernel, built with tokchat's fix for llama.cpp #20824 "
+                         f"({patches}); if it still crashes, tokchat restarts the engine with repacking off and "
+                         "remembers that")
+    else:
+        lines.append("amx: this CPU has no AMX, llama.cpp's AMX kernel is not used")
+    stamp = Path(sys.prefix) / ".tokchat-engine"
+    if stamp.is_file():
+        built_here = f"cpu{build_fingerprint()}" in stamp.read_text()
+        lines.append("engine build: for this CPU's features" if built_here else
+                     "engine build: made for ANOTHER CPU (it may die of SIGILL here): run `python3 dev.py run` "
+                     "to build it for this one")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from backends.detect import detect
 
@@ -61,10 +94,13 @@ def run(args: argparse.Namespace) -> int:
 
         model = chat_options(argparse.Namespace()).model
     caveats = model_caveats(model)
+    engine = engine_lines()
     if args.json:
-        print(json.dumps({**report.to_dict(), "tokenizer": accel_status(), "model_notes": caveats}, indent=2))
+        print(json.dumps({**report.to_dict(), "tokenizer": accel_status(), "model_notes": caveats,
+                          "engine": engine}, indent=2))
     else:
         print(report.text())
+        print("\n".join(engine))
         print(f"tokenizer: {accel_status()}")
         print("\n".join(caveats))
     return 0
