@@ -56,6 +56,7 @@ SCHEMA: dict[str, Setting] = {
     "model.backend": Setting("string", ("auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx")),
     "model.device": Setting("string", ("", "CPU", "GPU", "NPU")),
     "model.context_size": _I,
+    "model.threads": _I,
     "chat.template": Setting("string", ("auto", "model", "chatml", "llama3", "gemma")),
     "chat.template_file": _S,
     "chat.system_prompt": _S,
@@ -99,7 +100,7 @@ _TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (st
 #: CLI flag (argparse dest) -> setting; a flag left out is None and does not count
 FLAG_SETTINGS: dict[str, str] = {
     "model": "model.default", "backend": "model.backend", "device": "model.device",
-    "ctx": "model.context_size", "template": "chat.template", "template_file": "chat.template_file",
+    "ctx": "model.context_size", "threads": "model.threads", "template": "chat.template", "template_file": "chat.template_file",
     "system": "chat.system_prompt", "think": "chat.thinking", "show_thinking": "chat.show_thinking",
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
     "top_k": "sampling.top_k", "min_p": "sampling.min_p", "repeat_penalty": "sampling.repeat_penalty",
@@ -286,6 +287,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         device=v["model.device"] or None,
         sampling=sampling,
         ctx=v["model.context_size"] or None,
+        threads=v["model.threads"] or None,
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
         show_thinking=v["chat.show_thinking"],
         stats=v["chat.stats"],

@@ -54,7 +54,7 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
     if backend is None:
         from backends import LoadOptions, open_backend
 
-        backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
+        backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device, n_threads=options.threads,
                                                  n_ctx=options.ctx, model_meta=header))
         notices.extend(backend.info.notes)
     try:

@@ -32,6 +32,8 @@ class ChatOptions:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     #: context size in tokens; None: the model's training context capped at 8192
     ctx: int | None = None
+    #: llama.cpp's generation threads; None: llama.cpp's own default (its physical cores)
+    threads: int | None = None
     #: enable_thinking for templates that support it; None: the template's default
     think: bool | None = None
     show_thinking: bool = False

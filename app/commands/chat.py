@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "backend; seeds are not comparable across backends (each has its own generator)")
     add = parser.add_argument
     add("--ctx", type=int, help="context size in tokens")
+    add("--threads", "-t", type=int, help="llama.cpp threads (default: llama.cpp's own, the physical cores; "
+        "llama.cpp -t, Ollama num_thread)")
     think = parser.add_mutually_exclusive_group()
     think.add_argument("--think", dest="think", action="store_true", default=None,
                        help="enable thinking where the template supports it")

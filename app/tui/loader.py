@@ -81,7 +81,7 @@ def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     tokenizer, template, notice = _tokenizer_and_template(path, options, progress, header)
     progress(f"loading {path.name} ({human_size(path.stat().st_size)}) with backend "
              f"{options.backend}{' ' + options.device if options.device else ''}")
-    backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
+    backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device, n_threads=options.threads,
                                              n_ctx=options.ctx, model_meta=header))
     context_size = backend.info.context_size
     session = _session(tokenizer, template, backend, options, context_size)
