@@ -108,6 +108,15 @@ def summarize_blocks(text: str) -> str:
     return _BLOCK.sub(lambda m: f"📎 {html.unescape(m.group(1))} ({human_bytes(int(m.group(2)))})", text)
 
 
+def title_words(text: str) -> str:
+    """The user's own words in a message (attached files' blocks left out), for its title;
+    a message of attachments only gives their one-line summaries."""
+    if "<file name=" not in text:
+        return text
+    words = _BLOCK.sub("", text).strip()
+    return words or summarize_blocks(text).strip()
+
+
 def is_binary(head: bytes) -> bool:
     """A NUL byte, or more than 30% control bytes other than whitespace, in the first bytes."""
     if b"\x00" in head:

@@ -15,6 +15,11 @@ database from a newer tokchat) switches the recorder off for the rest of the
 chat; :meth:`take_notice` hands out the one-line explanation exactly once, so
 the UI says it once.  ``history = false`` / ``--no-history`` gives a recorder
 that never opens, creates or writes anything.
+
+The recorder owns this chat's place in the stored tree: :attr:`HistoryRecorder.tip_id`,
+the last message it wrote or was shown.  Every message it writes follows that one, not the
+conversation's shared tip, so two processes on one conversation each extend their own
+branch (the conversation's tip then names the branch written last).
 """
 from __future__ import annotations
 
@@ -46,6 +51,8 @@ class HistoryRecorder:
         self.conversation_id: int | None = None
         #: the row id of the last user message committed (None before, or when history is off)
         self.last_user_id: int | None = None
+        #: this chat's last message in the stored tree: what the next message follows
+        self.tip_id: int | None = None
         self._notice: str | None = None
         self._notice_taken = False
         self._reply_id: int | None = None
@@ -68,9 +75,10 @@ class HistoryRecorder:
         settings = {"backend": options.backend, "ctx": options.ctx, "think": options.think,
                     "template_option": options.template, "preset": getattr(options, "preset", None)}
         model_path = model_path or getattr(options, "model_path", None) or options.model or ""
+        kwargs.setdefault("system", options.system)
+        kwargs.setdefault("sampling", asdict(options.sampling))
         return cls(enabled=options.history, model_path=model_path, model_name=model_name,
-                   template=template, system=options.system, sampling=asdict(options.sampling),
-                   settings=settings, **kwargs)
+                   template=template, settings=settings, **kwargs)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -124,42 +132,84 @@ class HistoryRecorder:
         self.close_reply()
         self._meta.update(meta)
         self.conversation_id = None
+        self.tip_id = None
 
-    def resume(self, conv_id: int) -> None:
-        """Append further turns to a stored conversation."""
+    def resume(self, conv_id: int, tip_id: int | None | object = ...) -> None:
+        """Append further turns to a stored conversation, after message ``tip_id`` (by default
+        the conversation's tip as stored now)."""
         self.close_reply()
         self.conversation_id = conv_id
+        if tip_id is ...:
+            tip_id = self._guard(lambda s: s.tip_id(conv_id))
+        self.tip_id = tip_id  # type: ignore[assignment]
+
+    def update(self, **meta: Any) -> None:
+        """What the next turns are produced with changed (``/model``: model, model_name, template,
+        sampling): kept for a conversation not stored yet, and written to the stored one."""
+        self._meta.update(meta)
+        if self.conversation_id is not None:
+            conv_id = self.conversation_id
+            self._guard(lambda s: s.update_conversation(conv_id, **{k: v for k, v in meta.items()
+                                                                   if k in ("template", "sampling")}))
 
     def set_system(self, text: str) -> None:
         self._meta["system"] = text
         if self.conversation_id is not None:
             self._guard(lambda s: s.update_conversation(self.conversation_id, system=text))
 
+    def rewind(self, tip_id: int | None) -> None:
+        """The next message follows ``tip_id`` (regenerate, edit: the replaced message becomes its sibling)."""
+        self.close_reply()
+        self.tip_id = tip_id
+        if self.conversation_id is not None:
+            conv_id = self.conversation_id
+            self._guard(lambda s: s.show_branch(conv_id, tip_id))
+
     def truncate(self, keep: int) -> None:
         """Drop stored messages after the first ``keep`` (regenerate, edit the last message)."""
         self.close_reply()
         if self.conversation_id is not None:
-            self._guard(lambda s: s.truncate(self.conversation_id, keep))
+            conv_id = self.conversation_id
+            self._guard(lambda s: s.truncate(conv_id, keep))
+            self.tip_id = self._guard(lambda s: s.tip_id(conv_id))
 
-    def _conversation(self, store: ChatStore) -> int:
+    def _conversation(self, store: ChatStore, first: Any = None) -> int:
+        """The conversation's id, created now if needed (titled from ``first``, the user's message)."""
         if self.conversation_id is None:
+            from app.attachments import title_words
+            from app.store_types import make_title
+
             meta = self._meta
+            content = getattr(first, "content", "") if getattr(first, "role", "") == "user" else ""
             self.conversation_id = store.new_conversation(
                 meta["model"], meta["template"], meta["system"], meta["sampling"],
-                model_name=meta["model_name"], settings=meta["settings"])
+                model_name=meta["model_name"], settings=meta["settings"],
+                title=make_title(title_words(content)) if content else "")
+            self.tip_id = None
         return self.conversation_id
+
+    def _add(self, message: Any) -> int | None:
+        """Commit ``message`` after this chat's tip; it becomes the tip."""
+        msg_id = self._guard(lambda s: s.add_message(self._conversation(s, message), message,
+                                                     parent_id=self.tip_id))
+        if msg_id is not None:
+            self.tip_id = msg_id
+            if hasattr(message, "store_id"):
+                message.store_id = msg_id
+        return msg_id
 
     # -- a turn -----------------------------------------------------------------------------
 
     def on_user(self, message: Any) -> None:
         """Commit the user's message (call before generation starts); its row id is ``last_user_id``."""
         self.close_reply()
-        self.last_user_id = self._guard(lambda s: s.add_message(self._conversation(s), message))
+        self.last_user_id = self._add(message)
 
     def show_branch(self, tip_id: int | None) -> None:
         """The user chose another sibling: the branch ending at ``tip_id`` is the one shown."""
         self.close_reply()
         if self.conversation_id is not None and tip_id is not None:
+            self.tip_id = tip_id
             self._guard(lambda s: s.show_branch(self.conversation_id, tip_id))
 
     def on_reply_start(self) -> None:
@@ -167,7 +217,9 @@ class HistoryRecorder:
         if self._reply_id is None:
             self._partial = {"content": "", "reasoning": ""}
             self._last_progress = self._clock()
-            self._reply_id = self._guard(lambda s: s.begin_reply(self._conversation(s)))
+            self._reply_id = self._guard(lambda s: s.begin_reply(self._conversation(s), parent_id=self.tip_id))
+            if self._reply_id is not None:
+                self.tip_id = self._reply_id
 
     def on_event(self, event: Any) -> None:
         """Follow a ``ReplyEvent``: reasoning/content text is kept and saved now and then."""
@@ -186,12 +238,17 @@ class HistoryRecorder:
         if not self.enabled:
             return
         if self._reply_id is None:
-            reply_id = self._guard(lambda s: s.add_message(self._conversation(s), message))
+            reply_id = self._add(message)
         else:
             reply_id, self._reply_id = self._reply_id, None
             self._guard(lambda s: s.finish_message(reply_id, message))
         if reply_id is not None and hasattr(message, "store_id"):
             message.store_id = reply_id  # so that choosing this reply again can be stored
+
+    @property
+    def reply_open(self) -> bool:
+        """A reply has been started (``on_event``) and not committed yet."""
+        return self._reply_id is not None
 
     def close_reply(self, finish_reason: str = "interrupted") -> None:
         """Commit a reply still open with the text received so far."""

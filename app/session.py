@@ -55,6 +55,8 @@ class TurnStats:
     reasoning_tokens: int = 0  # of completion_tokens, those inside the think block (tags included)
     ttft_s: float = 0.0  # from send() to the first generated id
     tokens_per_s: float = 0.0  # generation speed after the first id
+    #: prompt processing: new prompt ids evaluated per second of the time to the first id (0 when none)
+    prompt_tokens_per_s: float = 0.0
     context_used: int = 0  # prompt + completion: what the backend's context holds now
     context_limit: int = 0
     finish_reason: str = "stop"  # stop | length | cancelled | error
@@ -154,13 +156,58 @@ class ChatSession:
         self._window = 0  # index of the first message still in the prompt
         self._cancel = threading.Event()
         self._token_counts: dict[str, int] = {}  # content -> plain token count, to plan drops
+        self._size_cache: tuple[Any, int] = (None, 0)  # tokens_before(): (key, size)
 
     # -- public API -------------------------------------------------------------------------
 
     @property
     def context_used(self) -> int:
-        """Tokens in the backend's context after the last turn."""
-        return self._builder.cached_tokens
+        """Tokens the next prompt starts with: what the backend holds after the last turn or,
+        when this path has not been generated here (a resumed chat, another model, a new system
+        prompt, a new chat), the conversation as it stands rendered and encoded."""
+        return self._builder.cached_tokens or self.tokens_before(len(self.messages))
+
+    def tokens_before(self, index: int) -> int:
+        """Prompt tokens of the conversation up to ``messages[index]`` (the system message and the
+        turns still in the window), without a generation prompt: what an edit of that message
+        keeps.  Cached, since the meter asks as the draft changes."""
+        from templates import prompt_ids
+
+        path = self.messages[min(self._window, index):index]
+        key = (self.system_text, index, self._window, tuple(id(m) for m in path[-2:]), len(path))
+        if self._size_cache[0] != key:
+            try:
+                rendered = self.template.render([_template_message(m) for m in self._system_messages() + path],
+                                                add_generation_prompt=False, enable_thinking=self.enable_thinking,
+                                                tools=self.tools)
+                size = len(prompt_ids(self.tokenizer, rendered)) if rendered.text else 0
+            except TemplateError:
+                size = 0  # a template that cannot render this (an empty chat) has sent nothing yet
+            self._size_cache = (key, size)
+        return self._size_cache[1]
+
+    def refusal(self, text: str) -> str | None:
+        """Why a message of ``text`` cannot be sent even with every earlier turn left out, or None.
+
+        The same rule as the turn's own (:meth:`_fit`), checked before anything changes, so the
+        UI can refuse it and keep the draft."""
+        from templates import prompt_ids
+
+        need = min(self.sampling.max_tokens, self.context_size, MIN_REPLY_TOKENS)
+        if self.draft_tokens(text) + need <= self.context_size // 2:
+            return None  # far from the limit: no need to render
+        try:
+            rendered = self.template.render(self._template_messages(len(self.messages), [ChatMessage("user", text)]),
+                                            add_generation_prompt=True, enable_thinking=self.enable_thinking,
+                                            tools=self.tools)
+        except TemplateError as exc:
+            return str(exc)
+        size = len(prompt_ids(self.tokenizer, rendered))
+        if self.context_size - size >= need:
+            return None
+        return (f"message too long: {size} tokens with the system prompt, and the context holds "
+                f"{self.context_size}; shorten it, raise --ctx, or save it to a file and /attach it "
+                f"(an attachment is cut to its token budget)")
 
     def draft_tokens(self, text: str) -> int:
         """Tokens ``text`` adds as a message's content (template markup not counted)."""
@@ -248,6 +295,7 @@ class ChatSession:
     def set_system(self, text: str) -> None:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
         self.system_prompt = text
+        self._builder.forget()  # what the backend holds no longer starts the next prompt
 
     def load_messages(self, messages: Sequence[ChatMessage], branches: BranchTree | None = None) -> None:
         """Continue a stored conversation (``branches``: its other branches, positions in ``messages``);
@@ -383,10 +431,11 @@ class ChatSession:
         if n_reply > 1 and turn.first_at is not None and turn.last_at and turn.last_at > turn.first_at:
             speed = (n_reply - 1) / (turn.last_at - turn.first_at)
         evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) if n_reply else 0
+        ttft = (turn.first_at - turn.started) if turn.first_at else 0.0
         return TurnStats(
             new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
             reasoning_tokens=turn.reasoning_tokens,
-            ttft_s=(turn.first_at - turn.started) if turn.first_at else 0.0, tokens_per_s=speed,
+            ttft_s=ttft, tokens_per_s=speed, prompt_tokens_per_s=evaluated / ttft if ttft > 0 else 0.0,
             context_used=n_prompt + n_reply, context_limit=self.context_size, finish_reason=finish,
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
             backend=info.backend, device=info.device,
@@ -462,7 +511,8 @@ class ChatSession:
             start = later
         self._window = start
         if start > dropped_before:
-            turns = sum(1 for m in self.messages[dropped_before:start] if m.role == "user")
+            # every turn now out of the prompt, as the turn's stats count them (dropped_turns)
+            turns = sum(1 for m in self.messages[:start] if m.role == "user")
             return prompt, (f"context full: left the {turns} oldest turn{'s' if turns != 1 else ''} "
                             f"out of the prompt ({len(prompt.ids)} of {self.context_size} tokens used)")
         return prompt, None

@@ -127,6 +127,11 @@ def _valid_utf8(parameters: Any) -> tuple:
                  for p in parameters)
 
 
+#: ``parent_id`` default of :meth:`ChatStore.add_message`: the conversation's tip
+TIP = object()
+_PARENT_SQL = "(SELECT tip_id FROM conversations WHERE id = ?)"
+
+
 def default_db_path() -> Path:
     """``$TOKCHAT_DATA_DIR/history.sqlite3``, else the platform's user data directory."""
     override = os.environ.get("TOKCHAT_DATA_DIR")
@@ -388,8 +393,12 @@ class ChatStore:
     # -- messages ---------------------------------------------------------------------------
 
     def add_message(self, conv_id: int, message: Any, *, created_at: float | None = None,
-                    finished_at: float | None = None) -> int:
-        """Commit a whole message (the user's, before generation starts)."""
+                    finished_at: float | None = None, parent_id: int | None | object = TIP) -> int:
+        """Commit a whole message (the user's, before generation starts).
+
+        ``parent_id``: the message it follows; by default the conversation's tip.  A chat that
+        writes turns passes its own last message, so two processes on one conversation each
+        extend their own branch instead of following each other's messages."""
         cols = message_columns(message, None)
         now = time.time()
         created = now if created_at is None else created_at
@@ -399,8 +408,8 @@ class ChatStore:
             self._require(conn, conv_id)
             cur = conn.execute(
                 f"INSERT INTO messages (conversation_id, {', '.join(cols)}, created_at, finished_at, parent_id) "
-                f"VALUES (?, {', '.join('?' * len(cols))}, ?, ?, (SELECT tip_id FROM conversations WHERE id = ?))",
-                (conv_id, *cols.values(), created, finished, conv_id))
+                f"VALUES (?, {', '.join('?' * len(cols))}, ?, ?, {_PARENT_SQL if parent_id is TIP else '?'})",
+                (conv_id, *cols.values(), created, finished, conv_id if parent_id is TIP else parent_id))
             msg_id = int(cur.lastrowid)
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
             self._touch(conn, conv_id, now, cols["role"], cols["content"])
@@ -413,14 +422,15 @@ class ChatStore:
             conn.execute("UPDATE conversations SET title = ? WHERE id = ? AND title = ''",
                          (make_title(content), conv_id))
 
-    def begin_reply(self, conv_id: int, role: str = "assistant") -> int:
-        """Insert a reply that is being generated (finish_reason NULL) and return its id."""
+    def begin_reply(self, conv_id: int, role: str = "assistant", *, parent_id: int | None | object = TIP) -> int:
+        """Insert a reply that is being generated (finish_reason NULL) and return its id
+        (``parent_id`` as in :meth:`add_message`)."""
         now = time.time()
         with self._write() as conn:
             self._require(conn, conv_id)
             cur = conn.execute("INSERT INTO messages (conversation_id, role, created_at, writer_pid, parent_id) "
-                               "VALUES (?, ?, ?, ?, (SELECT tip_id FROM conversations WHERE id = ?))",
-                               (conv_id, role, now, os.getpid(), conv_id))
+                               f"VALUES (?, ?, ?, ?, {_PARENT_SQL if parent_id is TIP else '?'})",
+                               (conv_id, role, now, os.getpid(), conv_id if parent_id is TIP else parent_id))
             self._touch(conn, conv_id, now)
             msg_id = int(cur.lastrowid)
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
@@ -457,6 +467,13 @@ class ChatStore:
             path = self._path(conn, conv_id)
             tip = path[min(keep, len(path)) - 1] if keep > 0 and path else None
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, conv_id))
+
+    def tip_id(self, conv_id: int) -> int | None:
+        """The last message of the branch a resume shows (the newest written or chosen)."""
+        rows = self._read("SELECT tip_id FROM conversations WHERE id = ?", (conv_id,))
+        if not rows:
+            raise StoreError(f"no conversation {conv_id} in the history (see `tokchat export --list`)")
+        return rows[0][0]
 
     def show_branch(self, conv_id: int, tip_id: int | None) -> None:
         """Make the branch ending at message ``tip_id`` the one shown (a sibling was chosen)."""

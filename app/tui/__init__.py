@@ -1,7 +1,8 @@
 """The Textual chat TUI: ``tokchat`` with no ``--prompt``."""
 from __future__ import annotations
 
-from typing import Callable
+import sys
+from typing import Any, Callable, TextIO
 
 from app.options import ChatOptions
 
@@ -11,8 +12,23 @@ def run_tui(options: ChatOptions, with_preset: Callable[[], ChatOptions] | None 
 
     ``with_preset``: builds the options again with the model's preset (see
     :meth:`app.tui.app.ChatApp._load`), so the first frame never waits for the model file.
+    Returns the exit status: non-zero when the app ended on an unhandled exception.
     """
     from app.tui.app import ChatApp
+    from app.tui.paste import use_paste_safe_parser
 
-    ChatApp(options, with_preset=with_preset).run()
-    return 0
+    use_paste_safe_parser()
+    app = ChatApp(options, with_preset=with_preset)
+    app.run()
+    return exit_status(app)
+
+
+def exit_status(app: Any, err: TextIO | None = None) -> int:
+    """The app's return code; after a crash the message the user was typing or sending goes to
+    ``err`` (stderr), so a traceback never costs what was typed."""
+    code = app.return_code or 0
+    if code:
+        text = app.unsent_text()
+        if text.strip():
+            print(f"tokchat: the message you were writing, kept here:\n{text}", file=err or sys.stderr)
+    return code

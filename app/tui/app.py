@@ -34,6 +34,7 @@ from app.tui.attach import AttachMixin
 from app.tui.branches import BranchesMixin
 from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
+from app.tui.prompt_progress import PromptProgressWatch
 from app.tui.pull import PullMixin
 from app.tui.tools import ToolsMixin
 from app.tui.widgets.chat_view import ChatView
@@ -113,7 +114,6 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self.stats_filter = stats_filter or (lambda stats: stats)
         self.chat: LoadedChat | None = None
         self.reply: AssistantMessage | None = None
-        self._editing = False
         self._meter_base = 0
         self._streamed = 0
         self._errors: list[str] = []
@@ -124,6 +124,10 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self._generation_done = threading.Event()
         self._generation_done.set()
         self._draft_timer: Timer | None = None
+        #: what the prompt box last held, and the message being sent until its turn has started:
+        #: printed after a crash (app.tui.exit_status) so that what was typed is never lost
+        self._draft_text = ""
+        self._sending: str | None = None
         self.init_history(store)
         self.init_tools()
 
@@ -197,6 +201,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         old, self.chat = self.chat, message.chat
         chat = message.chat
         if old is not None:
+            self.end_edit("model changed")
             # /model: the conversation goes on with the new model (re-tokenized by its tokenizer)
             chat.session.set_system(old.session.system_prompt)
             chat.session.load_messages(old.session.messages, old.session.branches)
@@ -242,9 +247,18 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
     # ---------------------------------------------------------------- input
     @on(PromptInput.Submitted)
     async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
-        await self.submit(message.text)
+        await self.submit(message.text, editing=message.editing)
 
-    async def submit(self, text: str) -> None:
+    @on(PromptInput.EditEnded)
+    def on_edit_ended(self, message: PromptInput.EditEnded) -> None:
+        self.notify(message.why)
+        self.update_draft()
+
+    def end_edit(self, why: str) -> None:
+        """The conversation on screen changes: an edit pending for the old one ends (its text stays)."""
+        self.prompt_input.end_edit(f"{why}: the edit of the last prompt ended; its text stays in the box")
+
+    async def submit(self, text: str, *, editing: bool = False) -> None:
         """Run a slash command or send a prompt (what Enter does)."""
         from app.tui.slash import SlashError, parse_slash, unescape_prompt
 
@@ -254,20 +268,28 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             self.notify(str(exc), severity="error")
             return
         if command is not None:
+            self._sending = text
             self.prompt_input.remember(text)
             self.prompt_input.load_text("")
             await self.run_slash(command)
+            self._sending = None
             return
         if not self.ready_to_generate():
             return
         typed = unescape_prompt(text)
+        why = self.session.refusal(typed)
+        if why is not None:  # refused before the box is cleared: the draft stays for another try
+            self.notify(why, title="Not sent", severity="error", timeout=10)
+            return
         text = self.message_with_attachments(typed)  # held files and @file words, in blocks
         if text is None:
             return  # a file was refused (said in one line); the draft stays for another try
+        self._sending = typed
         self.prompt_input.remember(typed)
         self.prompt_input.load_text("")
-        if self._editing:
-            self._editing = False
+        editing = editing and self.prompt_input.editing
+        self.prompt_input.editing = False
+        if editing and any(m.role == "user" for m in self.session.messages):
             self.record_user(text, replacing="prompt")
             await self.chat_view.remove_from_last(UserMessage)
             await self.chat_view.add_user(text)
@@ -276,6 +298,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             self.record_user(text)
             await self.chat_view.add_user(text)
             await self.start_reply(lambda: self.session.send(text), text)
+        self._sending = None
 
     def ready_to_generate(self) -> bool:
         if self.chat is None:
@@ -287,8 +310,13 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             return False
         return True
 
+    def unsent_text(self) -> str:
+        """The message being sent when the app stopped, else the text in the prompt box."""
+        return self._sending if self._sending is not None else self._draft_text
+
     @on(TextArea.Changed, "#prompt")
-    def on_draft_changed(self) -> None:
+    def on_draft_changed(self, message: TextArea.Changed) -> None:
+        self._draft_text = message.text_area.text
         if self._draft_timer is not None:
             self._draft_timer.stop()
         self._draft_timer = self.set_timer(DRAFT_DEBOUNCE_S, self.update_draft)
@@ -298,7 +326,10 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         boxes = self.query(PromptInput)
         if not boxes:
             return  # the app is closing
-        text = boxes.first().text
+        box = boxes.first()
+        text = box.text
+        if self.session is not None and not self.generating:
+            self.meter.used = self._kept_tokens(box.editing)
         if self.session is None or text.lstrip().startswith("/") or self.generating:
             self.meter.draft = 0
             self.show_attachment_cost()
@@ -306,9 +337,19 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         # the message as it will be sent: held and @file attachments in blocks, then the text
         self.meter.draft = self.show_attachment_cost(text)
 
+    def _kept_tokens(self, editing: bool) -> int:
+        """What the next prompt keeps of the conversation: all of it, or, while the last prompt is
+        being edited, what comes before it (the draft replaces that prompt and its reply)."""
+        session = self.session
+        if editing:
+            last = max((i for i, m in enumerate(session.messages) if m.role == "user"), default=None)
+            if last is not None:
+                return session.tokens_before(last)
+        return session.context_used
+
     def update_meter(self) -> None:
         if self.session is not None:
-            self.meter.used = self.session.context_used
+            self.meter.used = self._kept_tokens(self.prompt_input.editing)
             self.meter.limit = self.chat.context_size
 
     # ------------------------------------------------------------ streaming
@@ -325,6 +366,9 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         buffer = EventBuffer(lambda: self.post_message(self.ReplyArrived(buffer)))
         self._buffer = buffer
         self.generating = True
+        reply = self.reply
+        PromptProgressWatch(self, session.backend, reply,
+                            lambda: self.reply is reply and not reply.content and not reply.reasoning)
         self._generation_done = threading.Event()
         self._generate(lambda: self.with_tools(make_events()), buffer, self._generation_done)
 
@@ -399,6 +443,15 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self.update_meter()
         self.update_draft()
 
+    def record_stopped_reply(self) -> None:
+        """Quit mid-reply: the session has committed the stopped reply (text, counts, "cancelled")
+        but the UI never drained it; store it as Esc would have, not as an unmarked interruption."""
+        if self._buffer is None or self.recorder is None or self.session is None:
+            return  # no reply was streaming
+        messages = self.session.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].store_id is None:
+            self.recorder.on_reply(messages[-1])
+
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it."""
         self.record_reply()
@@ -415,6 +468,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             deadline = time.monotonic() + 30
             while not done.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
+        self.record_stopped_reply()
         self.close_history()
         self.close_tools()
         if self.chat is not None:
@@ -423,21 +477,24 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
     # -------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
-            return self.generating or self._editing or self.pulling
+            return self.generating or self.pulling  # Esc in an edit is the prompt box's own binding
         return True
 
     def watch_generating(self) -> None:
         self.refresh_bindings()
 
+    def action_help_quit(self) -> None:
+        """Ctrl+C (when the prompt box has no selection to copy): stop the reply, as in llama-cli
+        and ``ollama run``; otherwise cancel a download; on an idle chat, say how to quit."""
+        if self.generating or self.pulling:
+            self.action_stop()
+            return
+        super().action_help_quit()
+
     def action_stop(self) -> None:
         """Esc: stop the reply now; the session keeps the partial text (marked stopped).
         With no reply streaming, Esc cancels a model download (:mod:`app.tui.pull`)."""
-        if not self.generating and not self._editing and self.cancel_pull():
-            return
-        if self._editing and not self.generating:
-            self._editing = False
-            self.prompt_input.load_text("")
-            self.notify("edit cancelled")
+        if not self.generating and self.cancel_pull():
             return
         if self.session is not None and self.generating:
             self.cancel_turn()

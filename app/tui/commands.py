@@ -36,6 +36,7 @@ class CommandsMixin:
     # ------------------------------------------------------------- commands
     async def cmd_new(self, arg: str) -> None:
         session = self._need_session("new")
+        self.end_edit("new chat")
         session.reset()
         session.set_system(self.options.system)
         await self.chat_view.clear()
@@ -45,6 +46,7 @@ class CommandsMixin:
 
     async def cmd_clear(self, arg: str) -> None:
         session = self._need_session("clear")
+        self.end_edit("chat cleared")
         session.reset()
         await self.chat_view.clear()
         self.new_conversation()
@@ -53,6 +55,8 @@ class CommandsMixin:
     async def cmd_system(self, arg: str) -> None:
         session = self._need_session("system")
         session.set_system(arg)
+        if self.recorder is not None:  # stored with the conversation, so a resume sends the same
+            self.recorder.set_system(arg)
         self.update_meter()
         self.notify(f"System prompt set ({session.draft_tokens(arg) if arg else 0} tokens as a turn)"
                     if arg else "System prompt cleared")
@@ -236,12 +240,8 @@ class CommandsMixin:
         if not users:
             self.notify("No prompt to edit yet", severity="warning")
             return
-        self._editing = True
-        self.prompt_input.load_text(users[-1].content)
-        self.prompt_input.move_cursor(self.prompt_input.document.end)
-        self.prompt_input.focus()
+        self.prompt_input.begin_edit(users[-1].content)
         self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
-        self.refresh_bindings()
 
     def action_toggle_thinking(self) -> None:
         from app.tui.widgets.assistant_message import AssistantMessage

@@ -33,16 +33,20 @@ class HistoryMixin:
     def _make_recorder(self):
         from app.recorder import HistoryRecorder
 
+        from dataclasses import asdict
+
         chat = self.chat
+        # the session is what is sent: its system prompt and sampling are what a new conversation stores
         return HistoryRecorder.from_options(
             self.options, store=self._store_arg, model_path=chat.model_path,
-            model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name)
+            model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
+            system=chat.session.system_prompt, sampling=asdict(chat.session.sampling))
 
     def on_model_ready(self) -> None:
         old = self.recorder
         self.recorder = self._make_recorder()
         if old is not None and old.conversation_id is not None:
-            self.recorder.resume(old.conversation_id)
+            self.recorder.resume(old.conversation_id, old.tip_id)
         if old is not None:
             old.close()
 
@@ -80,8 +84,14 @@ class HistoryMixin:
             return
         messages = self.session.messages
         if replacing is not None:
-            last = max(i for i, m in enumerate(messages) if m.role == ("assistant" if replacing == "reply" else "user"))
-            self.recorder.truncate(self._stored_count(last))
+            role = "assistant" if replacing == "reply" else "user"
+            last = max((i for i, m in enumerate(messages) if m.role == role), default=None)
+            if last is not None:
+                kept = [m for m in messages[:last] if m.role != "system"]
+                if all(m.store_id is not None for m in kept):  # this chat's own branch, by id
+                    self.recorder.rewind(kept[-1].store_id if kept else None)
+                else:
+                    self.recorder.truncate(self._stored_count(last))
         if text is not None:
             self.recorder.on_user(SimpleNamespace(role="user", content=text, reasoning="", stats=None,
                                                   finish_reason=None))
@@ -192,6 +202,7 @@ class HistoryMixin:
         stored = [m for m in conversation.messages + conversation.branches if m.role != "system"]
         messages, branches = from_links([(m.id, m.parent_id, m.to_chat_message()) for m in stored],
                                         [m.id for m in conversation.messages if m.role != "system"])
+        self.end_edit("another conversation opened")
         await self.chat_view.show_messages(messages)
         self.sub_title = conversation.info.title
         if self.session is None:
@@ -200,7 +211,7 @@ class HistoryMixin:
         self.session.set_system(conversation.info.system_prompt)
         self.session.load_messages(messages, branches)
         if self.recorder is not None:
-            self.recorder.resume(conv_id)
+            self.recorder.resume(conv_id, conversation.messages[-1].id if conversation.messages else None)
         await self.show_branch_labels()
         self.update_meter()
         self.prompt_input.focus()

@@ -263,11 +263,57 @@ def test_system_reset_and_load(tok):
     run(session, "two")
     assert session.last_prompt.reused == 0 and "Be verbose." in session.last_prompt.text
     session.load_messages([ChatMessage("system", "Loaded."), ChatMessage("user", "u"), ChatMessage("assistant", "v")])
-    assert (session.system_prompt, len(session.messages), session.context_used) == ("Loaded.", 2, 0)
+    assert (session.system_prompt, len(session.messages)) == ("Loaded.", 2)
     run(session, "three")
     assert session.last_prompt.ids == full_ids(session)
     session.reset()
-    assert session.messages == [] and session.context_used == 0
+    assert session.messages == []
+
+
+def conversation_ids(session):
+    """The conversation so far as the template renders it (no generation prompt), encoded."""
+    messages = [{"role": "system", "content": session.system_prompt}] if session.system_prompt else []
+    messages += [{"role": m.role, "content": m.content} for m in session.messages]
+    return prompt_ids(session.tokenizer, session.template.render(messages, add_generation_prompt=False))
+
+
+def test_context_used_is_what_the_next_prompt_starts_with_after_a_resume_or_a_new_system_prompt(tok):
+    session = make_session(tok, [reply_ids(tok, "fine")])
+    assert session.context_used == len(conversation_ids(session)) > 0  # a new chat sends its system prompt
+    session.load_messages([ChatMessage("user", "an old question"), ChatMessage("assistant", "an old answer")])
+    resumed = session.context_used
+    assert resumed == len(conversation_ids(session)) > 10
+    run(session, "next")
+    # the next prompt starts with the conversation the meter counted
+    assert session.last_prompt.ids[:resumed] == conversation_ids(session)[:resumed]
+    after_turn = session.context_used
+    session.set_system("A much longer system prompt. " * 40)
+    assert session.context_used == len(conversation_ids(session)) > after_turn + 200
+
+
+def test_every_overflow_notice_counts_the_turns_the_stats_count(tok):
+    filler = " ".join(["data"] * 40)
+    replies = [reply_ids(tok, f"Reply {n}: {filler}") for n in range(8)]
+    session = make_session(tok, replies, context_size=300, sampling=replace(GREEDY, max_tokens=32))
+    counted = []
+    for n in range(8):
+        events = run(session, f"Question {n}: {filler}")
+        for e in events:
+            if e.kind == "notice":
+                said = int(re.match(r"context full: left the (\d+) oldest", e.text).group(1))
+                counted.append((said, events[-1].stats.dropped_turns))
+    assert len(counted) >= 2  # a second drop is where a count of the new drops alone falls short
+    assert all(said == dropped for said, dropped in counted), counted
+
+
+def test_refusal_says_before_the_turn_that_a_message_cannot_fit(tok):
+    session = make_session(tok, [reply_ids(tok, "fine")], context_size=256)
+    assert session.refusal("a short question") is None
+    huge = "word " * 400
+    why = session.refusal(huge)
+    assert why is not None and why.startswith("message too long:") and "/attach" in why
+    events = run(session, huge)  # the turn itself refuses it the same way
+    assert events[0].kind == "error" and session.messages == []
 
 
 def test_typed_control_tokens_stay_text_in_the_session(tok):

@@ -4,14 +4,27 @@ Enter sends; Shift+Enter and Ctrl+J insert a newline (most terminals send
 Shift+Enter as plain Enter, so Ctrl+J is the one that always works).  Up in
 an empty box walks back through the prompts sent so far, Down walks forward.
 Tab right after an ``@path`` word completes the path (attachments).
+
+Edit mode (Ctrl+G) is this widget's own state: :meth:`PromptInput.begin_edit`
+loads the last prompt and says so on the border, Esc (:meth:`end_edit`)
+leaves it, and the app ends it whenever the conversation on screen changes
+(new chat, /clear, another conversation, another model), so an edit can
+never be sent into a conversation it was not started in.  A bracketed paste
+is text: inserted in order with control characters made visible
+(:func:`app.tui.inert.inert_text`), never read as keys, never sent.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from textual import events
+from textual.binding import Binding
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import TextArea
+
+#: on the box's border while an edit is pending
+EDIT_TITLE = "editing the last prompt · Enter resends it in its place · Esc cancels"
 
 
 class PromptInput(TextArea):
@@ -25,12 +38,25 @@ class PromptInput(TextArea):
     }
     """
 
+    BINDINGS = [Binding("escape", "cancel_edit", "Cancel edit", tooltip="leave the edit; the box is cleared")]
+
+    #: Enter replaces the last prompt (Ctrl+G) instead of sending a new one
+    editing: reactive[bool] = reactive(False)
+
     @dataclass
     class Submitted(Message):
-        """The user pressed Enter on a non-empty prompt."""
+        """The user pressed Enter on a non-empty prompt; ``editing``: it replaces the last prompt."""
 
         input: "PromptInput"
         text: str
+        editing: bool = False
+
+    @dataclass
+    class EditEnded(Message):
+        """Edit mode ended without a resend; ``why`` is shown to the user."""
+
+        input: "PromptInput"
+        why: str
 
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
@@ -38,6 +64,54 @@ class PromptInput(TextArea):
         self.sent: list[str] = []
         # index into ``sent`` while recalling; None when not recalling
         self._recall: int | None = None
+
+    # -- edit mode ------------------------------------------------------------------------------
+
+    def begin_edit(self, text: str) -> None:
+        """Put ``text`` (the last prompt) in the box; the next Enter replaces it."""
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+        self.editing = True
+        self.focus()
+
+    def end_edit(self, why: str, *, clear: bool = False) -> bool:
+        """Leave edit mode (False if not editing); ``clear`` empties the box, else the text stays."""
+        if not self.editing:
+            return False
+        self.editing = False
+        if clear:
+            self.load_text("")
+        self.post_message(self.EditEnded(self, why))
+        return True
+
+    def watch_editing(self, editing: bool) -> None:
+        self.border_title = EDIT_TITLE if editing else ""
+        self.set_class(editing, "-editing")
+        self.app.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_edit":
+            return self.editing  # otherwise Esc goes on to the app (stop a reply)
+        return True
+
+    def action_cancel_edit(self) -> None:
+        self.end_edit("edit cancelled", clear=True)
+
+    # -- paste ----------------------------------------------------------------------------------
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        """Insert the pasted text as typed text: newlines normalized, other controls made visible."""
+        from app.tui.inert import inert_text
+
+        event.stop()
+        event.prevent_default()
+        if self.read_only:
+            return
+        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        result = self._replace_via_keyboard(inert_text(text), *self.selection)
+        if result:
+            self.move_cursor(result.end_location)
+        self.focus()
 
     def remember(self, text: str) -> None:
         """Add a sent prompt to the recall list (no consecutive duplicates)."""
@@ -52,7 +126,9 @@ class PromptInput(TextArea):
             event.prevent_default()
             text = self.text
             if text.strip():
-                self.post_message(self.Submitted(self, text))
+                self.post_message(self.Submitted(self, text, self.editing))
+            elif text:
+                self.load_text("")  # whitespace alone is not a message, and must not lead the next one
             return
         if key == "tab" and self._complete_at():
             event.stop()
