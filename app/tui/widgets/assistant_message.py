@@ -64,6 +64,11 @@ class AssistantMessage(Vertical):
         line = stats_line(stats)
         return "⏹ stopped · " + line if stats.finish_reason == "cancelled" else line
 
+    def show_waiting(self, line: str) -> None:
+        """A line in the stats row while nothing has been generated yet (the prompt's progress)."""
+        if not self.content and not self.has_class("-done"):
+            self.query_one(".stats", Static).update(line)
+
     @property
     def thinking(self) -> ThinkingBlock:
         return self.query_one(ThinkingBlock)
