@@ -149,8 +149,8 @@ class HistoryRecorder:
         self._meta.update(meta)
         if self.conversation_id is not None:
             conv_id = self.conversation_id
-            self._guard(lambda s: s.update_conversation(conv_id, **{k: v for k, v in meta.items()
-                                                                   if k in ("template", "sampling")}))
+            columns = {k: v for k, v in meta.items() if k in ("template", "sampling", "model", "model_name")}
+            self._guard(lambda s: s.update_conversation(conv_id, **columns))
 
     def set_system(self, text: str) -> None:
         self._meta["system"] = text

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from backends.base import Backend, BackendError, SamplingParams
@@ -68,6 +68,11 @@ class TurnStats:
     model_steps: int = 1  # generations in this turn (1 + one per round of tool results)
     #: False when a remote server's own count disagreed with the ids received (see backends.remote)
     verified: bool = True
+    #: what produced this reply: the model's name, the chat template and the sampling settings
+    #: (a chat goes on across /model, so each reply says which one answered)
+    model: str = ""
+    template: str = ""
+    sampling: dict | None = None
 
 
 @dataclass
@@ -439,7 +444,8 @@ class ChatSession:
             context_used=n_prompt + n_reply, context_limit=self.context_size, finish_reason=finish,
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
             backend=info.backend, device=info.device,
-            verified=turn.verified,
+            verified=turn.verified, model=info.model_name, template=self.template.name,
+            sampling=asdict(self.sampling),
         )
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:

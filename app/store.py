@@ -309,10 +309,12 @@ class ChatStore:
             return int(cur.lastrowid)
 
     def update_conversation(self, conv_id: int, *, system: str | None = None,
-                            template: str | None = None, sampling: Any = None) -> None:
-        """Change the settings a conversation continues with (e.g. ``/system``)."""
+                            template: str | None = None, sampling: Any = None,
+                            model: str | Path | None = None, model_name: str | None = None) -> None:
+        """Change the settings a conversation continues with (``/system``, ``/model``)."""
         sets, params = [], []
-        for column, value in (("system_prompt", system), ("template", template)):
+        for column, value in (("system_prompt", system), ("template", template),
+                              ("model_path", None if model is None else str(model)), ("model_name", model_name)):
             if value is not None:
                 sets.append(f"{column} = ?")
                 params.append(value)

@@ -109,6 +109,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self.options = options
         #: the same options with the model's preset applied, built in the load thread (it reads the model)
         self._with_preset = with_preset
+        #: the model ``/model`` opens next (its preset is applied in the load thread)
+        self._next_model: str | None = None
         self.loader: Loader = loader or load_chat
         #: applied to every TurnStats before it is shown (snapshots pin the timings)
         self.stats_filter = stats_filter or (lambda stats: stats)
@@ -176,6 +178,11 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self.query_one(ModelBar).state = "loading"
         self._load()
 
+    def load_model(self, model: str) -> None:
+        """``/model``: load ``model`` with its own preset (sampling, template, context)."""
+        self._next_model = model
+        self.start_load()
+
     @work(thread=True, exclusive=True, group="load")
     def _load(self) -> None:
         def progress(text: str) -> None:
@@ -186,6 +193,10 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
                 # the preset (template, sampling, context) comes from the model's header: read here,
                 # not before the first frame; the header is then handed on to the loader
                 self.options, self._with_preset = self._with_preset(), None
+            if self._next_model is not None:
+                from app.tui.loader import options_for_model
+
+                self.options, self._next_model = options_for_model(self.options, self._next_model), None
             chat = self.loader(self.options, progress)
             # the reply widget (Markdown) is imported here, off the event loop, before the first reply
             import app.tui.widgets.assistant_message  # noqa: F401

@@ -47,6 +47,9 @@ class HistoryMixin:
         self.recorder = self._make_recorder()
         if old is not None and old.conversation_id is not None:
             self.recorder.resume(old.conversation_id, old.tip_id)
+            chat = self.chat  # /model: the conversation goes on with this model, template and sampling
+            self.recorder.update(model=str(chat.model_path), model_name=chat.info.model_name or chat.model_path.stem,
+                                 template=chat.template.name, sampling=chat.session.sampling)
         if old is not None:
             old.close()
 

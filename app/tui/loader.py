@@ -88,6 +88,30 @@ def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     return LoadedChat(session, tokenizer, template, backend, path, context_size, notice)
 
 
+def options_for_model(options: ChatOptions, model: str) -> ChatOptions:
+    """``options`` for another model (``/model``): what the old model's preset chose follows the new
+    model's preset; what the flags or the config set apart from the preset stays.
+
+    Reads the new model's header (the preset match): call it off the event loop.
+    """
+    import argparse
+    from dataclasses import fields
+
+    from app.config import load_settings, options_from_settings
+
+    def preset_only(name: str | None) -> ChatOptions:  # defaults, the model's preset, config.toml; no flags
+        return options_from_settings(load_settings(argparse.Namespace(model=name)))
+
+    old, new = preset_only(options.model), preset_only(model)
+    sampling = replace(options.sampling, **{
+        f.name: getattr(new.sampling, f.name) for f in fields(options.sampling)
+        if getattr(options.sampling, f.name) == getattr(old.sampling, f.name)})
+    chosen = {name: getattr(new, name) for name in ("template", "template_file", "ctx", "think")
+              if getattr(options, name) == getattr(old, name)}
+    return replace(options, model=model, sampling=sampling, preset=new.preset, model_path=new.model_path,
+                   model_meta=new.model_meta, **chosen)
+
+
 def scripted_loader(model_path: Path, replies: Sequence[str], *, delay_s: float = 0.0,
                     fail_after: int | None = None, context_size: int = 2048) -> Loader:
     """A loader whose backend replays ``replies`` (cycled, one per turn) as our tokenizer's ids.

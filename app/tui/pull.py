@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 #: how often the model bar shows the download's progress
@@ -57,8 +56,7 @@ class PullMixin:
         if self._needs_download(value):
             self._start_pull(value)
             return
-        self.options = replace(self.options, model=value)
-        self.start_load()
+        self.load_model(value)
 
     @staticmethod
     def _needs_download(value: str) -> bool:
@@ -143,8 +141,7 @@ class PullMixin:
             return
         self._end_pull()
         self.notify(f"Downloaded {path.name}; loading it", title="Download")
-        self.options = replace(self.options, model=str(path))
-        self.start_load()
+        self.load_model(str(path))
 
     def _pull_failed(self, cancel: threading.Event, error: str) -> None:
         if cancel is not self._pull_cancel:

@@ -203,6 +203,39 @@ async def test_the_meter_counts_the_conversation_after_a_resume_a_new_model_and_
         assert used < prompt <= used + 20
 
 
+# 6 ---------------------------------------------------------------------------------------------
+
+async def test_model_switch_takes_the_new_presets_sampling_and_each_reply_names_its_model(
+        scripted_app, store, smollm_path, gemma_path, tmp_path, monkeypatch):
+    import argparse
+    from dataclasses import replace
+
+    from app.config import chat_options
+
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))  # no user config.toml
+    options = replace(chat_options(argparse.Namespace(model=str(smollm_path), max_tokens=16)), theme="textual-dark")
+    assert (options.sampling.temperature, options.sampling.top_k) == (0.2, 40)  # SmolLM2's preset
+    app = scripted_app(["small answer", "gemma answer"], options=options)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "hi")
+        await wait_reply(pilot)
+        smollm_template = app.session.template.name
+        await run_slash(pilot, f"/model {gemma_path}")
+        await wait_for(pilot, lambda: app.chat.model_path == gemma_path
+                       and app.query_one("ModelBar").state == "ready", what="Gemma to load")
+        sampling = app.session.sampling
+        assert (sampling.temperature, sampling.top_k, sampling.max_tokens) == (1.0, 64, 16)  # the flag stays
+        await send(pilot, "hi again")
+        await wait_reply(pilot)
+        conv = app.recorder.conversation_id
+    conversation = store.load(conv)
+    replies = [m.stats for m in conversation.messages if m.role == "assistant"]
+    assert [(r["model"], r["template"], r["sampling"]["temperature"]) for r in replies] == [
+        (smollm_path.stem, smollm_template, 0.2), (gemma_path.stem, "gemma", 1.0)]
+    assert (conversation.info.model_name, conversation.info.template) == (gemma_path.stem, "gemma")
+
+
 # 7 ---------------------------------------------------------------------------------------------
 
 async def test_quit_mid_reply_is_stored_as_stopped_with_its_counts(scripted_app, store):
