@@ -210,7 +210,7 @@ class CommandsMixin:
 
     async def cmd_help(self, arg: str) -> None:
         keys = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
-                ("Esc", "stop the reply"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
+                ("Esc / Ctrl+C", "stop the reply"), ("Esc (editing)", "cancel the edit"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
                 ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
                 ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
                 ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
