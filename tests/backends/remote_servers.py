@@ -4,8 +4,9 @@ Both binaries are built once from the llama.cpp inside llama-cpp-python's sdist 
 ``llama-server`` test asset).  Each server runs on a free loopback port, is waited
 for on ``/health`` (as llama.cpp's own server tests do) and is always killed by the
 fixture that started it.  Small settings keep them quick: 512-token context, one
-slot, one thread, flash attention off and batch 512 like the local llama.cpp backend
-(so greedy ids can be compared id for id).
+slot, one thread and batch 512 like the local llama.cpp backend; flash attention is
+left at llama.cpp's default (auto), as the local backend leaves it (so greedy ids can be
+compared id for id).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class LlamaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log_dir / f"llama-server-{self.port}.log"
         self.args = [str(binary("llama-server")), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-                     "-c", str(ctx), "-np", "1", "-t", "1", "-tb", "1", "-fa", "off", "-b", "512", "-ub", "512",
+                     "-c", str(ctx), "-np", "1", "-t", "1", "-tb", "1", "-b", "512", "-ub", "512",
                      "-cram", "0", *extra]
         if api_key:
             self.args += ["--api-key", api_key]

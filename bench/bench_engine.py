@@ -1,0 +1,203 @@
+"""The local engine against the same engine's own server, side by side in one run.
+
+* **decode**: tokchat's local backend (the engine host, default settings:
+  llama.cpp's own thread count and flash attention) against ``llama-server``
+  started with nothing but the model, both built from the same llama.cpp
+  sources: greedy, no repetition penalty, ``--ids`` ids per round, tok/s after
+  the first id (the server's own ``timings.predicted_per_second``; ours from
+  the ids' arrival times);
+* **prompt**: a ``--prompt-ids``-id prompt evaluated from an empty cache, ids/s
+  (the server's ``timings.prompt_per_second``; ours ``new ids / time to the
+  first id``);
+* **start-up**: ``tokchat --prompt`` as a whole process against a bare
+  llama-cpp-python script doing the same generation (``Llama(...)`` with the
+  same n_ctx and threads, greedy, 16 ids), wall time and the peak memory of the
+  whole process tree (parent + engine child; sampled every 10 ms from /proc).
+
+Rounds alternate tokchat and the server (the order flips every round) after
+one unrecorded warm-up each; the table shows medians and the ratio.
+
+    .venv/bin/python bench/bench_engine.py [--model qwen2.5-coder-0.5b.gguf] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "backends")]
+
+import httpx  # noqa: E402
+from assets import asset_path  # noqa: E402
+
+from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
+from backends.cpu import cpu_model, has_amx, llama_default_threads  # noqa: E402
+from tokenizer import load_tokenizer  # noqa: E402
+
+QUESTION = "Write a Python function that parses a CSV file and returns the rows as dictionaries, with comments."
+BARE_SCRIPT = r"""
+import sys, llama_cpp
+llm = llama_cpp.Llama(sys.argv[1], n_ctx=int(sys.argv[2]), n_threads=int(sys.argv[3]), n_threads_batch=int(sys.argv[3]),
+                      flash_attn=True, verbose=False)
+out = llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=16, temperature=0)
+print(out["choices"][0]["message"]["content"])
+"""
+
+
+def tree_peak_rss(pid: int, stop: threading.Event, out: list[int]) -> None:
+    """Sample the summed RSS (KiB) of ``pid`` and its descendants until ``stop``; the peak goes to ``out``."""
+    peak = 0
+    while not stop.is_set():
+        total = 0
+        pids = [pid]
+        while pids:
+            p = pids.pop()
+            try:
+                for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                for task in Path(f"/proc/{p}/task").iterdir():
+                    pids.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue  # the process ended between two reads
+        peak = max(peak, total)
+        time.sleep(0.01)
+    out.append(peak)
+
+
+def whole_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and peak tree RSS (MiB) of one run of ``cmd``."""
+    stop, peak = threading.Event(), []
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    sampler = threading.Thread(target=tree_peak_rss, args=(proc.pid, stop, peak))
+    sampler.start()
+    proc.wait()
+    wall = time.perf_counter() - started
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} exited {proc.returncode}")
+    return wall, peak[0] / 1024
+
+
+def local_round(backend, prompt: list[int], n: int) -> tuple[float, float]:
+    """(decode tok/s, prompt ids/s) of one greedy reply from an empty cache."""
+    sampling = SamplingParams(temperature=0, max_tokens=n, repeat_penalty=1.0)
+    list(backend.generate([prompt[0]], SamplingParams(temperature=0, max_tokens=1), set()))  # empty the cache
+    started = time.perf_counter()
+    first = last = None
+    count = 0
+    for _ in backend.generate(prompt, sampling, set()):
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        count += 1
+    assert first is not None and last is not None and count == n
+    return (count - 1) / (last - first), backend.last_prompt_evaluated / (first - started)
+
+
+def server_round(url: str, prompt: list[int], n: int) -> tuple[float, float]:
+    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": False,
+            "ignore_eos": True}
+    timings = httpx.post(url + "/completion", json=body, timeout=600).json()["timings"]
+    return timings["predicted_per_second"], timings["prompt_per_second"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b.gguf", help="a test asset name or a path")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ids", type=int, default=128)
+    parser.add_argument("--prompt-ids", type=int, default=1500)
+    parser.add_argument("--only", default="decode,startup")
+    args = parser.parse_args()
+    model = Path(args.model) if Path(args.model).exists() else asset_path(args.model)
+    only = set(args.only.split(","))
+    load = os.getloadavg()[0]
+    print(f"CPU: {cpu_model()} (AMX {'yes' if has_amx() else 'no'}), {os.cpu_count()} CPUs, load average {load:.1f}; "
+          f"model {model.name}")
+    if "decode" in only:
+        from remote_servers import free_port
+
+        tok = load_tokenizer(model)
+        chat = tok.encode(f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n", special=True)
+        filler = tok.encode("The tide was high at dawn and the boats went out. " * 400)
+        long_prompt = filler[: args.prompt_ids - len(chat)] + chat
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with tempfile.TemporaryDirectory() as tmp:
+            server = subprocess.Popen([str(asset_path("llama-server") / "llama-server"), "-m", str(model),
+                                       "--host", "127.0.0.1", "--port", str(port)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            backend = open_backend(model, LoadOptions(backend="cpu", log_path=Path(tmp) / "engine.log"))
+            try:
+                for _ in range(600):
+                    try:
+                        if httpx.get(url + "/health", timeout=2).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(0.1)
+                server_round(url, chat, 8)
+                local_round(backend, chat, 8)
+                ours_d, theirs_d, ours_p, theirs_p = [], [], [], []
+                for r in range(args.rounds):
+                    order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
+                    for who in order:
+                        if who == "ours":
+                            d, _ = local_round(backend, chat, args.ids)
+                            _, p = local_round(backend, long_prompt, 2)
+                            ours_d.append(d)
+                            ours_p.append(p)
+                        else:
+                            d, _ = server_round(url, chat, args.ids)
+                            _, p = server_round(url, long_prompt, 2)
+                            theirs_d.append(d)
+                            theirs_p.append(p)
+            finally:
+                backend.close()
+                server.terminate()
+                server.wait(30)
+        md, td = statistics.median(ours_d), statistics.median(theirs_d)
+        mp, tp = statistics.median(ours_p), statistics.median(theirs_p)
+        print(f"\nthreads: tokchat {llama_default_threads()} (llama.cpp's default), llama-server its default")
+        print("| measure | tokchat | llama-server (defaults) | ratio |")
+        print("|---|---:|---:|---:|")
+        print(f"| decode, {args.ids} ids, tok/s | {md:.1f} | {td:.1f} | {md / td:.2f}x |")
+        print(f"| prompt, {len(long_prompt)} ids, ids/s | {mp:.0f} | {tp:.0f} | {mp / tp:.2f}x |")
+        print(f"(rounds: tokchat decode {[round(x, 1) for x in ours_d]}, server {[round(x, 1) for x in theirs_d]})")
+    if "startup" in only:
+        threads = str(llama_default_threads())
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, XDG_DATA_HOME=tmp, XDG_CONFIG_HOME=tmp, XDG_CACHE_HOME=tmp, XDG_STATE_HOME=tmp)
+            ctx = "2048"
+            ours = [sys.executable, "-m", "app", "--model", str(model), "--prompt", "hi", "--max-tokens", "16",
+                    "--temperature", "0", "--ctx", ctx, "--backend", "cpu", "--no-history"]
+            bare = [sys.executable, "-c", BARE_SCRIPT, str(model), ctx, threads]
+            whole_process(ours, env)
+            whole_process(bare, env)
+            walls: dict[str, list[float]] = {"ours": [], "bare": []}
+            peaks: dict[str, list[float]] = {"ours": [], "bare": []}
+            for r in range(args.rounds):
+                for who in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
+                    wall, peak = whole_process(ours if who == "ours" else bare, env)
+                    walls[who].append(wall)
+                    peaks[who].append(peak)
+        ow, bw = statistics.median(walls["ours"]), statistics.median(walls["bare"])
+        op, bp = statistics.median(peaks["ours"]), statistics.median(peaks["bare"])
+        print("\n| one-shot `--prompt hi`, 16 ids | tokchat (parent + engine) | bare llama-cpp-python script | ratio |")
+        print("|---|---:|---:|---:|")
+        print(f"| wall time | {ow:.2f} s | {bw:.2f} s | {ow / bw:.2f}x |")
+        print(f"| peak memory (process tree) | {op:.0f} MiB | {bp:.0f} MiB | +{op - bp:.0f} MiB |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
