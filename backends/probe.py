@@ -89,16 +89,24 @@ def real_runtime_answers(engines: Collection[str] = RUNTIMES) -> RuntimeAnswers:
 
 
 def _ask_llama_cpp(answers: RuntimeAnswers) -> None:
-    try:
-        import llama_cpp
+    """From the installed package's files, without importing it.
 
-        answers.llama_cpp_version = getattr(llama_cpp, "__version__", None) or _dist_version("llama-cpp-python")
-        answers.llama_gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
-        lib_dir = Path(llama_cpp.__file__).parent / "lib"
-        answers.llama_lib_dir = str(lib_dir)
-        answers.llama_gpu_libs = gpu_libs_in(lib_dir)
-    except (ImportError, OSError, AttributeError) as exc:
-        answers.errors.append(f"llama_cpp: {exc}")
+    The engine runs in its own process (:mod:`backends.hosted`); importing
+    llama_cpp here would load libllama and NumPy into the chat's process too
+    (about 120 MiB and half a second).  A build offloads to a GPU exactly when
+    it ships a GPU backend library beside libllama.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        answers.errors.append("llama_cpp: No module named 'llama_cpp'")
+        return
+    answers.llama_cpp_version = _dist_version("llama-cpp-python")
+    lib_dir = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    answers.llama_lib_dir = str(lib_dir)
+    answers.llama_gpu_libs = gpu_libs_in(lib_dir)
+    answers.llama_gpu_offload = bool(answers.llama_gpu_libs)
 
 
 def _ask_openvino(answers: RuntimeAnswers) -> None:
