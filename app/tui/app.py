@@ -196,7 +196,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             if self._next_model is not None:
                 from app.tui.loader import options_for_model
 
-                self.options, self._next_model = options_for_model(self.options, self._next_model), None
+                model, self._next_model = self._next_model, None
+                self.options = options_for_model(self.options, model)
             chat = self.loader(self.options, progress)
             # the reply widget (Markdown) is imported here, off the event loop, before the first reply
             import app.tui.widgets.assistant_message  # noqa: F401
@@ -288,13 +289,16 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         if not self.ready_to_generate():
             return
         typed = unescape_prompt(text)
-        why = self.session.refusal(typed)
-        if why is not None:  # refused before the box is cleared: the draft stays for another try
-            self.notify(why, title="Not sent", severity="error", timeout=10)
-            return
+        held = list(self.pending_attachments)
         text = self.message_with_attachments(typed)  # held files and @file words, in blocks
         if text is None:
             return  # a file was refused (said in one line); the draft stays for another try
+        why = self.session.refusal(text)
+        if why is not None:  # refused before the box is cleared: the draft and the files stay
+            self.pending_attachments[:] = held
+            self.show_attachment_cost(self.prompt_input.text)
+            self.notify(why, title="Not sent", severity="error", timeout=10)
+            return
         self._sending = typed
         self.prompt_input.remember(typed)
         self.prompt_input.load_text("")

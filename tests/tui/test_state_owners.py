@@ -381,7 +381,7 @@ async def test_ctrl_c_stops_a_streaming_reply(scripted_app):
 
 # 16 --------------------------------------------------------------------------------------------
 
-async def test_a_message_over_the_context_is_refused_and_stays_in_the_box(scripted_app, smollm_path):
+async def test_a_message_over_the_context_is_refused_and_stays_in_the_box(scripted_app, smollm_path, tmp_path):
     app = scripted_app(["never"], options=ChatOptions(model=str(smollm_path), theme="textual-dark"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
@@ -392,3 +392,13 @@ async def test_a_message_over_the_context_is_refused_and_stays_in_the_box(script
         assert app.prompt_input.text == huge
         assert app.session.messages == [] and not app.query(UserMessage) and not app.generating
         assert any("message too long" in n.message and "/attach" in n.message for n in app._notifications)
+        # a held file that makes the message too long: refused the same way, the file still held
+        big = tmp_path / "big.txt"
+        big.write_text("lorem ipsum " * 1500, encoding="utf-8")
+        await run_slash(pilot, f"/attach {big}")
+        assert [a.name for a in app.pending_attachments] == ["big.txt"]
+        app.prompt_input.load_text("summarize")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.prompt_input.text == "summarize" and [a.name for a in app.pending_attachments] == ["big.txt"]
+        assert app.session.messages == [] and not app.generating
