@@ -125,6 +125,8 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         #: set when the current generation thread has returned (the engine may then be closed)
         self._generation_done = threading.Event()
         self._generation_done.set()
+        self._turn_base: Any = None
+        self._turn_typed: str | None = None
         self._draft_timer: Timer | None = None
         #: what the prompt box last held, and the message being sent until its turn has started:
         #: printed after a crash (app.tui.exit_status) so that what was typed is never lost
@@ -371,6 +373,10 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
     async def start_reply(self, make_events: Callable[[], Iterator[Any]], user_text: str | None) -> None:
         """Open a reply widget and run ``make_events`` (session.send/regenerate/edit) in a worker."""
         session = self.session
+        #: the path's last message before this turn: still last afterwards when the session refused the turn
+        self._turn_base = session.messages[-1] if session.messages else None
+        #: what the user typed for this turn (None for a regenerate), put back if the turn is refused
+        self._turn_typed = self.prompt_input.sent[-1] if user_text is not None and self.prompt_input.sent else None
         self._meter_base = session.context_used + (session.draft_tokens(user_text) if user_text else 0)
         self._streamed = 0
         self._prompt_before = getattr(session, "last_prompt", None)
@@ -468,9 +474,22 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             self.recorder.on_reply(messages[-1])
 
     def reply_finished(self, reply: AssistantMessage) -> None:
-        """A reply is complete (or stopped): record it."""
+        """A reply is complete (or stopped): record it; a turn the session refused changed nothing."""
+        messages = self.session.messages
+        if (messages[-1] if messages else None) is self._turn_base:
+            self.call_later(self.turn_refused)
+            return
         self.record_reply()
         self.call_later(self.show_branch_labels)  # "2/3" above a regenerated reply
+
+    async def turn_refused(self) -> None:
+        """The session refused the turn (said in the error): the conversation is as it was, so the
+        history goes back to its last message and the screen shows the conversation again."""
+        self.record_refusal()
+        await self.chat_view.show_messages(self.session.messages)
+        await self.show_branch_labels()
+        if self._turn_typed and not self.prompt_input.text:
+            self.prompt_input.load_text(self._turn_typed)  # what was typed, back in the box
 
     async def on_unmount(self) -> None:
         """Quit: stop a reply still streaming (kept as cancelled), then close history and engine.

@@ -118,6 +118,18 @@ class HistoryMixin:
         self._history_notice()
         self.refresh_history()
 
+    def record_refusal(self) -> None:
+        """A turn the session refused: the user message stored for it stays as a branch, and the
+        next message follows the conversation's last message again (never the refused one)."""
+        if self.recorder is None:
+            return
+        self.recorder.close_reply("error")
+        kept = [m for m in self.session.messages if m.role != "system"]
+        if all(m.store_id is not None for m in kept):
+            self.recorder.rewind(kept[-1].store_id if kept else None)
+        self._history_notice()
+        self.refresh_history()
+
     def new_conversation(self) -> None:
         if self.recorder is not None:
             self.recorder.start_new(system=self.session.system_prompt if self.session else self.options.system)

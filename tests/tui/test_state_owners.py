@@ -402,3 +402,28 @@ async def test_a_message_over_the_context_is_refused_and_stays_in_the_box(script
         await pilot.pause()
         assert app.prompt_input.text == "summarize" and [a.name for a in app.pending_attachments] == ["big.txt"]
         assert app.session.messages == [] and not app.generating
+
+
+async def test_a_turn_the_session_refuses_changes_neither_the_history_nor_the_screen(scripted_app, store):
+    app = scripted_app(["the answer", "never"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "question")
+        await wait_reply(pilot)
+        conv = app.recorder.conversation_id
+        # a system prompt too long for the context leaves no room to answer the same question again
+        await run_slash(pilot, "/system " + "Be thorough. " * 700)
+        await pilot.press("ctrl+r")
+        await wait_reply(pilot)
+        await pilot.pause()
+        assert [(m.role, m.content) for m in app.session.messages] == [("user", "question"), ("assistant", "the answer")]
+        assert [r.content for r in app.query(AssistantMessage)] == ["the answer"]  # shown as it is
+        conversation = store.load(conv)
+        assert [(m.role, m.content) for m in conversation.messages] == [("user", "question"), ("assistant", "the answer")]
+        assert conversation.branches == []  # the old reply was not stored again
+        await run_slash(pilot, "/system")
+        await send(pilot, "next")
+        await wait_reply(pilot)
+        parents = {m.id: m for m in store.load(conv).messages}
+        last_user = store.load(conv).messages[-2]
+        assert last_user.content == "next" and parents[last_user.parent_id].content == "the answer"
