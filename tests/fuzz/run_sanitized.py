@@ -1,0 +1,81 @@
+"""Run tests against the tokenizer's C accelerator built with ASan and UBSan.
+
+    .venv/bin/python tests/fuzz/run_sanitized.py                  # tokenizer + hardening + fuzz replay tests
+    .venv/bin/python tests/fuzz/run_sanitized.py tests/tokenizer -x -q   # any pytest arguments
+
+The sanitized extension is built from setup.py with ``TOKCHAT_SANITIZE=1``
+(:mod:`build_accel`) into a separate folder (``--build-dir``, default ``/tmp/tokchat-sanitized``);
+the venv's own extension is left alone.  The tests then run in an
+interpreter that preloads libasan, sends every ``PyMem_Malloc`` to the system
+allocator (``PYTHONMALLOC=malloc``, so ASan sees the C code's small buffers
+too) and puts the sanitized ``_accel`` first on ``tokenizer.__path__``.  The
+first ASan or UBSan report aborts the run with a non-zero status.
+
+Why not ``LD_PRELOAD`` alone on the normal build: an uninstrumented
+extension is invisible to ASan; only code compiled with ``-fsanitize``
+reports its out-of-bounds accesses.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_accel import build  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TESTS = ["tests/tokenizer", "tests/hardening", "tests/fuzz", "-q", "-p", "no:cacheprovider"]
+
+# what the child interpreter runs: the sanitized extension first, then pytest
+_BOOT = """
+import sys, tokenizer
+tokenizer.__path__.insert(0, {lib!r})
+from tokenizer import _accel
+assert _accel.__file__.startswith({lib!r}), _accel.__file__
+print("sanitized accelerator:", _accel.__file__, flush=True)
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def runtime(name: str, cc: str) -> str:
+    """The path of a sanitizer runtime (``libasan.so``) as the compiler knows it."""
+    out = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True, check=True).stdout.strip()
+    if not os.path.isabs(out) or not os.path.exists(out):
+        raise SystemExit(f"{cc} does not know {name}: install the compiler's sanitizer runtime (gcc: libasan8)")
+    return out
+
+
+def sanitized_env(cc: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        LD_PRELOAD=runtime("libasan.so", cc),
+        # Python itself leaks by design at exit; the C code's leaks are not what this run looks for
+        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=87",
+        PYTHONMALLOC="malloc",
+    )
+    env.pop("TOKCHAT_NO_ACCEL", None)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build-dir", type=Path, default=Path("/tmp/tokchat-sanitized"))
+    parser.add_argument("--no-build", action="store_true", help="reuse the extension already in --build-dir")
+    args, pytest_args = parser.parse_known_args(argv)
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        raise SystemExit(f"no C compiler {cc!r}: the sanitized build needs gcc or clang")
+    lib = args.build_dir / "tokenizer" if args.no_build else build(args.build_dir.resolve(), sanitize="1")
+    boot = _BOOT.format(lib=str(lib))
+    cmd = [sys.executable, "-c", boot, *(pytest_args or DEFAULT_TESTS)]
+    return subprocess.run(cmd, cwd=ROOT, env=sanitized_env(cc)).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
