@@ -7,10 +7,8 @@ the build goes on and the pure-Python twin gives the same ids.
 
 ``TOKCHAT_SANITIZE=1`` builds it under AddressSanitizer and
 UndefinedBehaviorSanitizer (``tests/fuzz/run_sanitized.py`` builds such a copy
-in a separate folder and runs the tokenizer and hardening tests against it);
-``TOKCHAT_SANITIZE=fuzzer`` (clang only) adds libFuzzer's coverage counters
-so ``bench/fuzz_campaign.py --c-coverage`` sees the C code's edges.
-``tests/fuzz/build_accel.py`` builds either into a folder of its own
+in a separate folder and runs the tokenizer and hardening tests against it).
+``tests/fuzz/build_accel.py`` builds it into a folder of its own
 without going through pyproject.toml (whose metadata needs a newer
 setuptools than some venvs hold).  A
 sanitized build is never optional: a silent fallback to pure Python would
@@ -26,10 +24,9 @@ _FLAGS = {
     "0": [],
     "1": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
           "-g", "-O1"],
-    "fuzzer": ["-fsanitize=fuzzer-no-link", "-fno-omit-frame-pointer", "-g", "-O1"],
 }
 if _SANITIZE not in _FLAGS:
-    raise SystemExit(f"TOKCHAT_SANITIZE={_SANITIZE!r}: use 1 (ASan + UBSan) or fuzzer (clang coverage)")
+    raise SystemExit(f"TOKCHAT_SANITIZE={_SANITIZE!r}: use 1 (ASan + UBSan) or leave it unset")
 _COMPILE = _FLAGS[_SANITIZE]
 # ASan and UBSan runtimes are linked into the extension; the interpreter preloads libasan
 _LINK = [f for f in _COMPILE if f.startswith("-fsanitize=address")]

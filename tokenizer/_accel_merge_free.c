@@ -365,7 +365,10 @@ static inline uint32_t xcda_base(const uint32_t *a, uint32_t i) {
     return (v >> 10) << ((v & (1U << 9)) >> 6);
 }
 
-/* llama.cpp's normalize_prefix: returns bytes consumed, the replacement in out and out_len. -1: bad charsmap */
+/* llama.cpp's normalize_prefix: returns bytes consumed, the replacement in out and out_len.
+ * CHARSMAP_OUT_OF_ARRAY / CHARSMAP_UNTERMINATED: a bad charsmap (the messages are unigram.py's) */
+#define CHARSMAP_OUT_OF_ARRAY (-1)
+#define CHARSMAP_UNTERMINATED (-2)
 static Py_ssize_t normalize_prefix(Unigram *u, const char *s, Py_ssize_t n, Py_ssize_t at, const char **out,
                                    Py_ssize_t *out_len) {
     if (u->has_user) { /* the longest walk along user-defined tokens, complete or not */
@@ -390,12 +393,12 @@ static Py_ssize_t normalize_prefix(Unigram *u, const char *s, Py_ssize_t n, Py_s
             unsigned char c = (unsigned char)s[k];
             if (c == 0) break;
             node ^= c;
-            if ((Py_ssize_t)node >= u->xcda_size) return -1;
+            if ((Py_ssize_t)node >= u->xcda_size) return CHARSMAP_OUT_OF_ARRAY;
             uint32_t v = u->xcda[node];
             if ((v & ((1U << 31) | 0xFF)) != c) break;
             int leaf = (v >> 8) & 1;
             node ^= xcda_base(u->xcda, node);
-            if ((Py_ssize_t)node >= u->xcda_size) return -1;
+            if ((Py_ssize_t)node >= u->xcda_size) return CHARSMAP_OUT_OF_ARRAY;
             if (leaf) {
                 longest = k - at + 1;
                 repl_off = u->xcda[node] & ((1U << 31) - 1);
@@ -403,11 +406,11 @@ static Py_ssize_t normalize_prefix(Unigram *u, const char *s, Py_ssize_t n, Py_s
         }
     }
     if (longest > 0) {
-        if ((Py_ssize_t)repl_off >= u->repl_size) return -1;
+        if ((Py_ssize_t)repl_off >= u->repl_size) return CHARSMAP_UNTERMINATED;
         const char *r = u->repl + repl_off;
         Py_ssize_t max = u->repl_size - repl_off, len = 0;
         while (len < max && r[len]) len++;
-        if (len == max) return -1;
+        if (len == max) return CHARSMAP_UNTERMINATED;
         *out = r;
         *out_len = len;
         return longest;
@@ -444,7 +447,9 @@ static PyObject *Unigram_encode(Unigram *u, PyObject *arg) {
         Py_ssize_t used = normalize_prefix(u, s, n, at, &r, &rl);
         if (used < 0) {
             PyMem_Free(norm.p);
-            PyErr_SetString(PyExc_ValueError, "precompiled_charsmap walks out of bounds");
+            PyErr_SetString(PyExc_ValueError, used == CHARSMAP_UNTERMINATED
+                                                  ? "unterminated string in precompiled_charsmap"
+                                                  : "precompiled_charsmap walks out of its double array");
             return NULL;
         }
         for (Py_ssize_t i = 0; i < rl; i++) {

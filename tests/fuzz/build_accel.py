@@ -2,7 +2,6 @@
 
     .venv/bin/python tests/fuzz/build_accel.py --inplace            # the venv's (editable) extension
     .venv/bin/python tests/fuzz/build_accel.py --sanitize 1 --out /tmp/asan    # ASan + UBSan copy
-    CC=clang .venv/bin/python tests/fuzz/build_accel.py --sanitize fuzzer --out /tmp/cov
 
 ``setup.py build_ext`` would also validate pyproject.toml, and the venv's
 setuptools may be older than the one pip's isolated build used (an SPDX
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--inplace", action="store_true", help="next to the sources (the editable install's copy)")
     where.add_argument("--out", type=Path, help="a separate folder")
-    parser.add_argument("--sanitize", default="", choices=["", "1", "fuzzer"])
+    parser.add_argument("--sanitize", default="", choices=["", "1"])
     args = parser.parse_args(argv)
     print(build(None if args.inplace else args.out.resolve(), args.sanitize, quiet=False))
     return 0

@@ -1,0 +1,115 @@
+"""The long fuzz campaign: each target of ``tests/fuzz`` for N executions or M minutes.
+
+    .venv/bin/python bench/fuzz_campaign.py                       # every target, 30 minutes each
+    .venv/bin/python bench/fuzz_campaign.py --minutes 8 --targets gguf encode
+    .venv/bin/python bench/fuzz_campaign.py --runs 10000000       # the issue's goal: 10 million each
+
+Each target runs under atheris (``tests/fuzz/fuzz.py``) starting from the
+committed corpus; inputs that find new coverage go to a scratch corpus
+(``--work``, kept between campaigns so a second one resumes).  A crash or a
+C/Python divergence ends that libFuzzer run: its reproducer is copied to
+``--work/<target>/findings`` and the target restarts for the time left (at
+most ``--max-findings`` times).  Reproducers worth keeping belong in
+``tests/fuzz/crashes/<target>/`` with the fix; ``tests/fuzz/test_fuzz_replay.py``
+replays them.
+
+Prints, per target: executions, seconds, executions/s, libFuzzer's final
+``cov:`` (covered Python branches/edges of ``tokenizer.*``) and ``ft:``
+(features), the corpus size and the findings.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FUZZ = ROOT / "tests" / "fuzz"
+TARGETS = ["gguf", "gguf_arrays", "tokenizer_json", "encode", "stream"]
+_STATUS = re.compile(r"^#(\d+)\s+(\w+)\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
+_DONE = re.compile(r"^Done (\d+) runs in (\d+) second")
+
+
+@dataclass
+class Result:
+    target: str
+    execs: int = 0
+    seconds: float = 0.0
+    cov: int = 0
+    ft: int = 0
+    corpus: int = 0
+    findings: list[str] = field(default_factory=list)
+
+
+def run_target(target: str, work: Path, seconds: float, runs: int, max_findings: int, log) -> Result:
+    res = Result(target)
+    corpus, findings = work / target / "corpus", work / target / "findings"
+    corpus.mkdir(parents=True, exist_ok=True)
+    findings.mkdir(parents=True, exist_ok=True)
+    artifacts = work / target / "artifacts"
+    deadline = time.monotonic() + seconds
+    while res.execs < runs and time.monotonic() < deadline - 5:
+        shutil.rmtree(artifacts, ignore_errors=True)
+        artifacts.mkdir()
+        left_s, left_runs = int(deadline - time.monotonic()), runs - res.execs
+        cmd = [sys.executable, str(FUZZ / "fuzz.py"), target, str(corpus), str(FUZZ / "corpus" / target),
+               f"-max_total_time={left_s}", f"-runs={left_runs}", f"-artifact_prefix={artifacts}/",
+               "-timeout=30", "-rss_limit_mb=6144", "-print_final_stats=1"]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        last_execs = 0
+        for line in proc.stdout:
+            log.write(line)
+            m = _STATUS.match(line)
+            if m:
+                last_execs = int(m.group(1))
+                res.cov, res.ft, res.corpus = int(m.group(3)), int(m.group(4)), int(m.group(5))
+            d = _DONE.match(line)
+            if d:
+                last_execs = int(d.group(1))
+        proc.wait()
+        res.execs += last_execs
+        res.seconds += time.monotonic() - started
+        crashed = sorted(artifacts.iterdir())
+        for art in crashed:
+            dest = findings / art.name
+            shutil.copy(art, dest)
+            res.findings.append(str(dest))
+        if proc.returncode == 0 or not crashed or len(res.findings) >= max_findings:
+            break
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", nargs="+", default=TARGETS, choices=TARGETS)
+    parser.add_argument("--minutes", type=float, default=30.0, help="per target")
+    parser.add_argument("--runs", type=int, default=10_000_000, help="executions per target")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/tokchat-fuzz-campaign"))
+    parser.add_argument("--max-findings", type=int, default=5)
+    args = parser.parse_args(argv)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    print(f"fuzz campaign on {cpu}: {args.minutes:g} min or {args.runs:,} runs per target; work {args.work}")
+    results = []
+    for target in args.targets:
+        log_path = args.work / f"{target}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as log:
+            res = run_target(target, args.work, args.minutes * 60, args.runs, args.max_findings, log)
+        results.append(res)
+        rate = res.execs / res.seconds if res.seconds else 0.0
+        print(f"{target:15} {res.execs:>10,} execs {res.seconds:7.0f} s {rate:8.0f}/s  cov {res.cov:5} ft {res.ft:6}"
+              f"  corpus {res.corpus:5}  findings {len(res.findings)}", flush=True)
+        for f in res.findings:
+            print(f"    finding: {f}", flush=True)
+    return 1 if any(r.findings for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

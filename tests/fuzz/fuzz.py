@@ -1,0 +1,56 @@
+"""Run one fuzz target under atheris (libFuzzer): ``fuzz.py TARGET [libFuzzer arguments and corpus folders]``.
+
+    .venv/bin/python tests/fuzz/fuzz.py gguf /tmp/new tests/fuzz/corpus/gguf -runs=2000
+    .venv/bin/python tests/fuzz/fuzz.py encode tests/fuzz/crashes/encode/crash-1234   # replay one input
+
+libFuzzer writes the inputs that find new coverage into the *first* corpus
+folder, so give it a scratch folder first and the committed corpus second.
+Coverage is the tokenizer's Python bytecode (atheris instruments
+``tokenizer.*`` on import); the C accelerator is not instrumented (atheris's
+wheel keeps its libFuzzer's symbols private, so a clang
+``-fsanitize-coverage`` build cannot register its counters), so C paths are
+reached through the Python code that drives them and checked by the
+differential assertions and by ``run_sanitized.py``.  A crash, an unexpected exception or a C/Python divergence
+stops the run with libFuzzer's ``crash-<sha1>`` file (``-artifact_prefix``
+says where).
+"""
+from __future__ import annotations
+
+import os
+import pkgutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+#: modules left uninstrumented: generated tables and code no target reaches
+_SKIP = {"llama_unicode_data", "trainer", "export_json"}
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        raise SystemExit(__doc__)
+    target, fuzzer_args = sys.argv[1], sys.argv[2:]
+    import atheris
+
+    if "tokenizer" in sys.modules:
+        raise SystemExit("tokenizer was imported before atheris could instrument it")
+    with atheris.instrument_imports(include=["tokenizer"]):
+        import tokenizer
+
+        for mod in pkgutil.iter_modules(tokenizer.__path__):
+            if mod.name not in _SKIP and not mod.name.startswith("_"):
+                __import__(f"tokenizer.{mod.name}")
+    import fuzz_targets as targets
+
+    if target not in targets.TARGETS:
+        raise SystemExit(f"unknown target {target!r}; targets: {', '.join(targets.TARGETS)}")
+    atheris.Setup([sys.argv[0], *fuzzer_args], targets.TARGETS[target])
+    if target in ("encode", "stream"):
+        targets.real_tokenizers()  # loaded once, before the clock of the first input starts
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
