@@ -334,6 +334,16 @@ static int Unigram_init(Unigram *u, PyObject *args, PyObject *kw) {
         }
         memcpy(u->xcda, data + 4, blob);
         memcpy(u->repl, data + 4 + blob, u->repl_size);
+        /* replacements are copied as bytes here but decoded (surrogateescape) by the Python twin:
+         * with invalid UTF-8 the two would differ, so such a charsmap is left to Python
+         * (found by tests/fuzz, reproducer crashes/gguf/charsmap-replacement-not-utf8) */
+        PyObject *text = PyUnicode_DecodeUTF8(u->repl, u->repl_size, "strict");
+        if (!text) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "precompiled_charsmap replacements are not valid UTF-8");
+            return -1;
+        }
+        Py_DECREF(text);
     }
     return 0;
 bad:
@@ -399,7 +409,10 @@ static Py_ssize_t normalize_prefix(Unigram *u, const char *s, Py_ssize_t n, Py_s
             int leaf = (v >> 8) & 1;
             node ^= xcda_base(u->xcda, node);
             if ((Py_ssize_t)node >= u->xcda_size) return CHARSMAP_OUT_OF_ARRAY;
-            if (leaf) {
+            /* a key ending inside a UTF-8 character never matches: the Python twin walks whole
+             * characters, and real charsmaps hold whole-character keys only (llama.cpp would cut the
+             * character; found by tests/fuzz, reproducer crashes/gguf/charsmap-key-inside-a-character) */
+            if (leaf && (k + 1 >= n || ((unsigned char)s[k + 1] & 0xC0) != 0x80)) {
                 longest = k - at + 1;
                 repl_off = u->xcda[node] & ((1U << 31) - 1);
             }

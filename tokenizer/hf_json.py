@@ -40,7 +40,8 @@ def _read_json(path: Path, parse_float: Callable[[str], Any] = float) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh, parse_float=parse_float)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    # ValueError: also a number json_float cannot hold (1e999999); RecursionError: "[[[[..." nested too deep
+    except (OSError, ValueError, RecursionError) as exc:
         raise TokenizerError(f"cannot read {path}: {exc}") from None
 
 

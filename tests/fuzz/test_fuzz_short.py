@@ -1,0 +1,55 @@
+"""A short coverage-guided fuzz of every target on the committed corpus (the CI run of ``tests/fuzz``).
+
+Each target runs under atheris in its own process (libFuzzer ends the
+process when it is done) for a fixed number of executions with a fixed
+seed, starting from ``corpus/<target>/``; new inputs go to a scratch folder,
+never into the committed corpus.  Any crash, undocumented exception or C vs
+Python divergence fails the test and leaves libFuzzer's reproducer in the
+test's temporary folder (the failure message names it).  About two minutes
+for all five on two cores; ``bench/fuzz_campaign.py`` is the long campaign.
+"""
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+#: executions per target: the slow targets (a tokenizer load or 16 real vocabularies per process) get fewer
+RUNS = {"gguf": 12_000, "gguf_arrays": 60_000, "tokenizer_json": 10_000, "encode": 12_000, "stream": 30_000}
+
+if sys.platform != "linux" or platform.machine() != "x86_64":  # atheris publishes wheels for these only
+    pytest.skip("atheris has no wheel for this platform", allow_module_level=True)
+
+
+def test_every_target_gets_a_short_fuzz():
+    sys.path.insert(0, str(HERE))
+    from fuzz_targets import TARGETS
+
+    assert set(RUNS) == set(TARGETS)
+
+
+@pytest.mark.parametrize("target", sorted(RUNS))
+def test_short_fuzz(target, tmp_path):
+    import atheris  # noqa: F401  (a missing test extra fails here, not as a skip)
+
+    scratch, artifacts = tmp_path / "new", tmp_path / "artifacts"
+    scratch.mkdir()
+    artifacts.mkdir()
+    cmd = [sys.executable, str(HERE / "fuzz.py"), target, str(scratch), str(HERE / "corpus" / target),
+           f"-runs={RUNS[target]}", "-seed=1", "-timeout=60", "-rss_limit_mb=6144",
+           f"-artifact_prefix={artifacts}/"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace")
+    out = done.stdout + done.stderr
+    found = sorted(p.name for p in artifacts.iterdir())
+    assert done.returncode == 0 and not found, f"{target}: exit {done.returncode}, reproducers {found} in " \
+                                                f"{artifacts}\n{out[-4000:]}"
+    ran = re.search(r"^Done (\d+) runs", out, re.M)
+    assert ran and int(ran.group(1)) == RUNS[target], out[-2000:]
+    cov = re.findall(r"cov: (\d+) ft: (\d+)", out)
+    assert cov and int(cov[-1][0]) > 0, "atheris saw no coverage: the tokenizer was not instrumented"
