@@ -14,7 +14,8 @@ Whenever the C walk finds anything wrong, the Python walk below runs and
 reports it.
 
 It is written for hostile input.  Every length and count is checked against
-the bytes that are actually left in the file *before* anything is allocated,
+the bytes that are actually left in the file *before* anything is allocated
+and against the limits stated once, below the type ids (``MAX_*``),
 nesting depth is capped, and every problem becomes a :class:`GGUFError`
 naming the byte offset and what was wrong.  Memory use is therefore bounded
 by the file size and a malformed file can neither hang the reader nor raise
@@ -37,8 +38,24 @@ from tokenizer.errors import GGUFError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
+
+# ---- limits: every size a file states is checked against the bytes present *and* these --------
+# They sit far above any real model (largest today: 262,144 tokens and 514,906 merges in Gemma 4,
+# chat templates of about 20 kB, a 237 kB precompiled charsmap, a few dozen keys) and far below what
+# would hurt; a file beyond them is refused with one GGUFError (TokenizerError for the vocabulary
+# limits, which a well-formed file can break) before anything is built.
 #: arrays may hold arrays; real files nest at most one level
 MAX_NESTING = 8
+#: key/value pairs in one file
+MAX_KV_COUNT = 1 << 16
+#: bytes of one string: a key, a value, one element of a string array
+MAX_STRING_LEN = 1 << 24
+#: elements of one array (tokens, scores, token types, merges, charsmap bytes)
+MAX_ARRAY_LEN = 1 << 26
+#: tokens of a vocabulary (ids must fit the 21-bit packed pairs of tokenizer.bpe_ids)
+MAX_VOCAB = 1 << 21
+#: merges of a BPE vocabulary
+MAX_MERGES = 1 << 24
 
 # value type ids from the GGUF spec
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32 = 0, 1, 2, 3, 4, 5, 6
@@ -120,6 +137,8 @@ class _Reader:
     def string(self, what: str) -> str:
         start = self.off
         n = self.u64(f"length of {what}")
+        if n > MAX_STRING_LEN:
+            raise GGUFError(start, f"{what} claims {n} bytes, over the {MAX_STRING_LEN}-byte limit on a string")
         if n > self.size - self.off:
             raise GGUFError(start, f"{what} claims {n} bytes but only {self.size - self.off} are left in the file")
         raw = self.buf[self.off : self.off + n]
@@ -144,7 +163,8 @@ class _Reader:
         start = self.off
         if self.c_strings is not None:
             found = self.c_strings(self.buf, start, count, True)
-            if found is not None:
+            # all strings together within the per-string limit: none of them can break it
+            if found is not None and found[0] - start - 8 * count <= MAX_STRING_LEN:
                 self.off, strings = found
                 self.last_strings = (start, self.off)
                 return strings
@@ -182,26 +202,25 @@ class _Reader:
         note = headers.append
         long_headers: list[int] = []  # lengths >= 256 have a second non-zero byte
         i = hdr = 0
+        n = 0
         try:
-            if record:
-                for i in range(count):
-                    (n,) = unpack(buf, off)
+            for i in range(count):
+                hdr = off
+                (n,) = unpack(buf, off)
+                if record:
                     note(off)
-                    if n > 255:
-                        long_headers.append(off)
-                    off += 8 + n
-                    if off > size:
-                        break
-            else:
-                for i in range(count):
-                    hdr = off
-                    off += 8 + unpack(buf, off)[0]
-                    if off > size:
-                        break
+                if n > 255:
+                    long_headers.append(off)
+                if n > MAX_STRING_LEN:
+                    break
+                off += 8 + n
+                if off > size:
+                    break
         except struct.error:
             raise GGUFError(off, f"{what}[{i}]: file ends inside a string length") from None
+        if n > MAX_STRING_LEN:
+            raise GGUFError(hdr, f"{what}[{i}] claims {n} bytes, over the {MAX_STRING_LEN}-byte limit on a string")
         if off > size:
-            hdr = headers[-1] if record else hdr
             raise GGUFError(hdr, f"{what}[{i}] claims {off - hdr - 8} bytes but only {size - hdr - 8} are left in the file")
         self.off = off
         return headers, long_headers
@@ -235,21 +254,33 @@ class _Reader:
         values.frombytes(chunk)
         return values.tolist()
 
+    def array_header(self, what: str, depth: int) -> tuple[int, int, int]:
+        """(offset, element type, count) of an array, the count within :data:`MAX_ARRAY_LEN`."""
+        if depth >= MAX_NESTING:
+            raise GGUFError(self.off, f"{what}: arrays nested deeper than {MAX_NESTING} levels")
+        start = self.off
+        etype = self.u32(f"element type of {what}")
+        count = self.u64(f"element count of {what}")
+        if count > MAX_ARRAY_LEN:
+            raise GGUFError(start + 4, f"{what} claims {count} elements, over the {MAX_ARRAY_LEN}-element limit "
+                                       "on an array")
+        return start, etype, count
+
     def skip(self, vtype: int, what: str, depth: int = 0) -> None:
         """Move past a value without building it (bounds are still checked)."""
         if vtype == T_STRING:
             start = self.off
             n = self.u64(f"length of {what}")
+            if n > MAX_STRING_LEN:
+                raise GGUFError(start, f"{what} claims {n} bytes, over the {MAX_STRING_LEN}-byte limit on a string")
             if n > self.size - self.off:
                 raise GGUFError(start, f"{what} claims {n} bytes but only {self.size - self.off} are left in the file")
             self.off += n
         elif vtype == T_ARRAY:
-            if depth >= MAX_NESTING:
-                raise GGUFError(self.off, f"{what}: arrays nested deeper than {MAX_NESTING} levels")
-            start = self.off
-            etype = self.u32(f"element type of {what}")
-            count = self.u64(f"element count of {what}")
+            start, etype, count = self.array_header(what, depth)
             walked = self.c_strings(self.buf, self.off, count, False) if etype == T_STRING and self.c_strings else None
+            if walked is not None and walked[0] - self.off - 8 * count > MAX_STRING_LEN:
+                walked = None  # some string may break the limit: the Python walk says which
             if walked is not None:
                 self.off = walked[0]
             elif etype == T_STRING:
@@ -273,11 +304,7 @@ class _Reader:
         if vtype == T_STRING:
             return self.string(what)
         if vtype == T_ARRAY:
-            if depth >= MAX_NESTING:
-                raise GGUFError(self.off, f"{what}: arrays nested deeper than {MAX_NESTING} levels")
-            start = self.off
-            etype = self.u32(f"element type of {what}")
-            count = self.u64(f"element count of {what}")
+            start, etype, count = self.array_header(what, depth)
             if etype == T_STRING:
                 return self.string_array(count, what)
             if etype == T_ARRAY:
@@ -331,6 +358,8 @@ def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Contain
         raise GGUFError(4, f"unknown GGUF version {version} (supported: 2, 3)")
     tensor_count = r.u64("tensor count")
     kv_count = r.u64("key/value count")
+    if kv_count > MAX_KV_COUNT:
+        raise GGUFError(16, f"key/value count {kv_count} is over the limit of {MAX_KV_COUNT}")
     # a key/value needs at least 8 (key length) + 4 (type) + 1 bytes
     if kv_count * 13 > size - r.off:
         raise GGUFError(16, f"key/value count {kv_count} cannot fit in a {size}-byte file")

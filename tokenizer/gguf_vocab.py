@@ -30,7 +30,7 @@ from tokenizer.core import (
     ATTR_USER_DEFINED, TokenizerParts,
 )
 from tokenizer.errors import TokenizerError
-from tokenizer.gguf import GGUFFile
+from tokenizer.gguf import MAX_MERGES, MAX_VOCAB, GGUFFile
 
 # GGUF token type -> llama.cpp attribute (LLAMA_TOKEN_TYPE_* -> LLAMA_TOKEN_ATTR_*)
 _TYPE_ATTR = {1: ATTR_NORMAL, 2: ATTR_UNKNOWN, 3: ATTR_CONTROL, 4: ATTR_USER_DEFINED, 5: ATTR_UNUSED, 6: ATTR_BYTE}
@@ -101,6 +101,11 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     if not tokens:
         raise TokenizerError(f"{g.path.name}: tokenizer.ggml.tokens is missing or empty")
     n = len(tokens)
+    if n > MAX_VOCAB:
+        raise TokenizerError(f"{g.path.name}: {n} tokens, over the limit of {MAX_VOCAB} (tokenizer.gguf)")
+    merges = kv.get("tokenizer.ggml.merges")
+    if isinstance(merges, list) and len(merges) > MAX_MERGES:
+        raise TokenizerError(f"{g.path.name}: {len(merges)} merges, over the limit of {MAX_MERGES} (tokenizer.gguf)")
     if "" in tokens:
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _array(kv, types, "tokenizer.ggml.scores", ("array[float32]", "array[int32]"), n)

@@ -290,3 +290,74 @@ def test_the_cli_says_one_line_for_each_hostile_file(seeds, smollm_path, tmp_pat
         assert result.stdout == "", name
     assert not list((tmp_path / "data").glob("*.sqlite3-journal"))
 
+
+
+# ---- the size limits (tokenizer.gguf's MAX_*), lowered so a small file crosses them ---------------
+
+def _vocab_file(n_tokens: int, template: str = "{{ messages }}") -> bytes:
+    tokens = [f"t{i}" for i in range(n_tokens)]
+    return write_gguf([("tokenizer.ggml.model", "string", "llama"), ("tokenizer.chat_template", "string", template),
+                       ("tokenizer.ggml.tokens", "array[string]", tokens),
+                       ("tokenizer.ggml.scores", "array[float32]", [0.0] * n_tokens)])
+
+
+def _both_paths(monkeypatch, path) -> list[str]:
+    """The error each path (C string walker, pure Python) gives for ``path``; they must be one GGUFError."""
+    messages = []
+    for no_accel in ("", "1"):
+        monkeypatch.setenv("TOKCHAT_NO_ACCEL", no_accel)
+        with pytest.raises(GGUFError) as err:
+            load_tokenizer(path)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "\n" not in messages[0]
+    return messages
+
+
+def test_the_limits_are_stated_in_one_place():
+    import tokenizer.gguf as g
+    import tokenizer.gguf_vocab as v
+
+    limits = {name for name in vars(g) if name.startswith("MAX_")}
+    assert limits == {"MAX_NESTING", "MAX_KV_COUNT", "MAX_STRING_LEN", "MAX_ARRAY_LEN", "MAX_VOCAB", "MAX_MERGES"}
+    assert (v.MAX_VOCAB, v.MAX_MERGES) == (g.MAX_VOCAB, g.MAX_MERGES)
+    # the largest real vocabulary (Gemma 4: 262,144 tokens, 514,906 merges) is well inside them
+    assert g.MAX_VOCAB > 262_144 and g.MAX_MERGES > 514_906 and g.MAX_ARRAY_LEN >= g.MAX_MERGES
+
+
+def test_a_string_over_the_limit_is_one_gguf_error(monkeypatch, tmp_path):
+    path = tmp_path / "long-template.gguf"
+    path.write_bytes(_vocab_file(10, template="x" * 100))
+    monkeypatch.setattr("tokenizer.gguf.MAX_STRING_LEN", 64)
+    assert "claims 100 bytes, over the 64-byte limit on a string" in _both_paths(monkeypatch, path)[0]
+
+
+def test_a_token_over_the_string_limit_is_one_gguf_error(monkeypatch, tmp_path):
+    """Inside a string array too, where the C walker does the reading."""
+    path = tmp_path / "long-token.gguf"
+    path.write_bytes(write_gguf([("tokenizer.ggml.model", "string", "llama"),
+                                 ("tokenizer.ggml.tokens", "array[string]", ["a", "b" * 40, "c" * 90, "d"])]))
+    monkeypatch.setattr("tokenizer.gguf.MAX_STRING_LEN", 64)
+    message = _both_paths(monkeypatch, path)[0]
+    assert "tokenizer.ggml.tokens[2] claims 90 bytes, over the 64-byte limit" in message
+
+
+def test_an_array_over_the_limit_is_one_gguf_error(monkeypatch, tmp_path):
+    path = tmp_path / "many-tokens.gguf"
+    path.write_bytes(_vocab_file(300))
+    monkeypatch.setattr("tokenizer.gguf.MAX_ARRAY_LEN", 200)
+    assert "claims 300 elements, over the 200-element limit on an array" in _both_paths(monkeypatch, path)[0]
+
+
+def test_too_many_keys_is_one_gguf_error(monkeypatch, tmp_path):
+    path = tmp_path / "keys.gguf"
+    path.write_bytes(write_gguf([(f"general.k{i}", "uint32", i) for i in range(40)]))
+    monkeypatch.setattr("tokenizer.gguf.MAX_KV_COUNT", 32)
+    assert "key/value count 40 is over the limit of 32" in _both_paths(monkeypatch, path)[0]
+
+
+def test_a_vocabulary_over_the_limit_is_one_tokenizer_error(monkeypatch, tmp_path):
+    path = tmp_path / "vocab.gguf"
+    path.write_bytes(_vocab_file(300))
+    monkeypatch.setattr("tokenizer.gguf_vocab.MAX_VOCAB", 256)
+    with pytest.raises(TokenizerError, match="300 tokens, over the limit of 256"):
+        load_tokenizer(path)
