@@ -387,7 +387,10 @@ static Py_ssize_t normalize_prefix(Unigram *u, const char *s, Py_ssize_t n, Py_s
         for (Py_ssize_t k = at; k < n; k++) {
             h = FNV_STEP(h, s[k]);
             if (!table_find(&u->user, h, s + at, (uint32_t)(k - at + 1))->hash) break;
-            best = k - at + 1;
+            /* whole characters only, as the Python twin walks them: a character that merely shares its
+             * first bytes with a user-defined token still reaches the charsmap (seen reviewing the C for
+             * tests/fuzz; reproducer crashes/gguf/user-token-prefix-inside-a-character) */
+            if (k + 1 >= n || ((unsigned char)s[k + 1] & 0xC0) != 0x80) best = k - at + 1;
         }
         if (best > 0) {
             *out = s + at;
