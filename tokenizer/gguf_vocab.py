@@ -22,6 +22,7 @@ two alternative spellings of one FIM role.
 """
 from __future__ import annotations
 
+import math
 from itertools import compress, repeat
 from typing import Any
 
@@ -109,6 +110,12 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     if "" in tokens:
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _array(kv, types, "tokenizer.ggml.scores", ("array[float32]", "array[int32]"), n)
+    if scores is not None and model in ("llama", "t5") and not all(map(math.isfinite, scores)):
+        # merge order and Viterbi compare scores: with NaN (or inf - inf) the order is undefined,
+        # and llama.cpp's, ours and our C twin's would each differ (found by tests/fuzz)
+        bad = next(i for i, x in enumerate(scores) if not math.isfinite(x))
+        raise TokenizerError(f"{g.path.name}: tokenizer.ggml.scores[{bad}] is {scores[bad]}, not a finite number; "
+                             "the file is damaged (re-convert the model)")
     toktypes = _array(kv, types, "tokenizer.ggml.token_type", ("array[int32]",), n)
     attrs = list(map(_TYPE_ATTR.get, toktypes[:n], repeat(0))) if toktypes is not None else [ATTR_NORMAL] * n
     ids = token_ids(tokens)

@@ -39,10 +39,15 @@ Step = Callable[[list[str]], list[str]]
 def _read_json(path: Path, parse_float: Callable[[str], Any] = float) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh, parse_float=parse_float)
+            return json.load(fh, parse_float=parse_float, parse_constant=_not_json)
     # ValueError: also a number json_float cannot hold (1e999999); RecursionError: "[[[[..." nested too deep
     except (OSError, ValueError, RecursionError) as exc:
         raise TokenizerError(f"cannot read {path}: {exc}") from None
+
+
+def _not_json(name: str) -> Any:
+    """NaN and Infinity are not JSON (Hugging Face's parser refuses them; Python's would accept them)."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _normalizer(spec: Any) -> Callable[[str], str] | None:
