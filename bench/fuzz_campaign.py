@@ -15,7 +15,9 @@ replays them.
 
 Prints, per target: executions, seconds, executions/s, libFuzzer's final
 ``cov:`` (covered Python branches/edges of ``tokenizer.*``) and ``ft:``
-(features), the corpus size and the findings.
+(features), the corpus size and the findings.  ``--agreement-only`` then
+replays the corpora the campaign kept with the current code and counts the
+inputs on which C and Python agree.
 """
 from __future__ import annotations
 
@@ -86,6 +88,22 @@ def run_target(target: str, work: Path, seconds: float, runs: int, max_findings:
     return res
 
 
+def agreement(target: str, work: Path) -> tuple[int, int, list[str]]:
+    """Replay the campaign's corpus (every input that found new coverage) and the committed one through
+    the target with the code as it is now: (inputs, inputs where C and Python agree, disagreements)."""
+    sys.path.insert(0, str(FUZZ))
+    import fuzz_targets
+
+    files = sorted((work / target / "corpus").glob("*")) + sorted((FUZZ / "corpus" / target).glob("*"))
+    bad = []
+    for path in files:
+        try:
+            fuzz_targets.TARGETS[target](path.read_bytes())
+        except Exception as exc:  # a divergence or a crash: counted and named, the replay goes on
+            bad.append(f"{path}: {type(exc).__name__}: {str(exc)[:200]}")
+    return len(files), len(files) - len(bad), bad
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", nargs="+", default=TARGETS, choices=TARGETS)
@@ -93,7 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10_000_000, help="executions per target")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tokchat-fuzz-campaign"))
     parser.add_argument("--max-findings", type=int, default=5)
+    parser.add_argument("--agreement-only", action="store_true",
+                        help="only replay the corpora of an earlier campaign and count C/Python agreement")
     args = parser.parse_args(argv)
+    if args.agreement_only:
+        worst = 0
+        for target in args.targets:
+            total, agree, bad = agreement(target, args.work)
+            print(f"{target:15} C and Python agree on {agree:,} of {total:,} inputs", flush=True)
+            for line in bad[:10]:
+                print(f"    {line}")
+            worst = worst or len(bad)
+        return 1 if worst else 0
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     print(f"fuzz campaign on {cpu}: {args.minutes:g} min or {args.runs:,} runs per target; work {args.work}")
     results = []

@@ -16,7 +16,6 @@ says where).
 """
 from __future__ import annotations
 
-import os
 import pkgutil
 import sys
 from pathlib import Path
