@@ -277,6 +277,9 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         repeat_last_n=v["sampling.repeat_last_n"],
         max_tokens=v["sampling.max_tokens"], seed=None if v["sampling.seed"] < 0 else v["sampling.seed"])
     server = _server_options(settings)
+    ctx = v["model.context_size"] or None
+    if server.get("server") is not None and settings.sources.get("model.context_size", "").startswith("preset "):
+        ctx = None  # a preset's context size is for loading the model here; a server has its own
     return ChatOptions(
         model=server.pop("model", None) or v["model.default"] or None,
         prompt=getattr(args, "prompt", None),
@@ -286,7 +289,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         backend=v["model.backend"],
         device=v["model.device"] or None,
         sampling=sampling,
-        ctx=v["model.context_size"] or None,
+        ctx=ctx,
         threads=v["model.threads"] or None,
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
         show_thinking=v["chat.show_thinking"],

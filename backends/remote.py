@@ -10,9 +10,11 @@ events read with ``httpx-sse``), the timeouts, the faults and the accounting.
   :meth:`RemoteBackend.generate` yields them.  Cancelling, one of our stop ids, the
   ``max_tokens`` limit or a timeout shuts the socket down under the reader, which closes
   the connection: every one of these servers stops generating when its client goes.
-* **Timeouts.**  ``connect_timeout_s`` to reach the server, ``first_token_timeout_s`` for
-  the first id (a big prompt on a busy server takes a while), ``idle_timeout_s`` between
-  ids.  Each ends the turn with one line; the partial reply is kept by the session.
+* **Timeouts.**  ``connect_timeout_s`` to reach the server and for every answer that
+  is not generation (``/health``, ``/props``, the ``/tokenize`` probe: a frozen server
+  fails the connect in that time), ``first_token_timeout_s`` for the first id (a big
+  prompt on a busy server takes a while), ``idle_timeout_s`` between ids.  Each ends the
+  turn with one line; the partial reply is kept by the session.
 * **Exact accounting.**  Every turn compares the ids received with the server's own count
   (``tokens_predicted``, ``usage.completion_tokens``, ``meta_info.completion_tokens``)
   and our prompt length with the server's; ``last_turn_verified`` is False when they
@@ -82,11 +84,32 @@ def _http_error(response: Any, url: str) -> BackendError:
     return BackendError(f"the server at {url} answered {status}: {message}")
 
 
-def _transport_error(exc: Exception, url: str, *, streaming: bool) -> BackendError:
+def _speaks_plain_http(url: str, timeout_s: float) -> bool:
+    """True when ``url`` (an https:// one) answers plain HTTP on the same host and port."""
+    import httpx
+
+    plain = "http://" + url.split("://", 1)[1]
+    try:
+        httpx.get(plain.rstrip("/") + "/health", timeout=min(timeout_s, 5.0))
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def _transport_error(exc: Exception, url: str, *, streaming: bool, path: str = "",
+                     timeout_s: float | None = None) -> BackendError:
+    """One line for a failed request; ``path`` and ``timeout_s`` name a connect-time request."""
     import httpx
 
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        tls = "SSL" in str(exc) or "TLS" in str(exc) or isinstance(exc, httpx.ConnectTimeout)
+        if url.startswith("https://") and tls and _speaks_plain_http(url, timeout_s or 5.0):
+            return BackendError(f"the server at {url} does not speak TLS (it answers plain HTTP): "
+                                f"use {'http://' + url.split('://', 1)[1]}")
         return BackendError(f"cannot reach the server at {url} ({exc}): is it running? (--server URL)")
+    if isinstance(exc, httpx.TimeoutException) and path and timeout_s is not None:
+        return BackendError(f"the server at {url} accepted the connection but did not answer {path} within "
+                            f"{timeout_s:g} s (server.connect_timeout): is it paused, hung or overloaded?")
     if isinstance(exc, httpx.TimeoutException):
         return BackendError(f"the server at {url} did not answer in time ({type(exc).__name__})")
     if streaming:
@@ -99,25 +122,27 @@ def _transport_error(exc: Exception, url: str, *, streaming: bool) -> BackendErr
 _STALE = ("RemoteProtocolError", "ReadError", "WriteError")
 
 
-def _send(client: Any, request: Request) -> Any:
+def _send(client: Any, request: Request, timeout: Any = None) -> Any:
     """``client.request``, sent once more when a pooled connection turned out to be closed.
 
     The server never saw the first attempt (it failed before any byte of an answer),
     so sending again is safe; servers close idle kept-alive connections whenever they like.
+    ``timeout`` (an ``httpx.Timeout``) replaces the client's short connect-time one.
     """
+    extra = {"timeout": timeout} if timeout is not None else {}
     try:
-        return client.request(request.method, request.path, json=request.body)
+        return client.request(request.method, request.path, json=request.body, **extra)
     except Exception as exc:
         if type(exc).__name__ not in _STALE:
             raise
-    return client.request(request.method, request.path, json=request.body)
+    return client.request(request.method, request.path, json=request.body, **extra)
 
 
 @contextmanager
-def _open_stream(client: Any, request: Request) -> Iterator[Any]:
+def _open_stream(client: Any, request: Request, timeout: Any) -> Iterator[Any]:
     """``client.stream`` with the same one retry as :func:`_send`, before any answer only."""
     for attempt in (1, 2):
-        stream = client.stream(request.method, request.path, json=request.body)
+        stream = client.stream(request.method, request.path, json=request.body, timeout=timeout)
         try:
             resp = stream.__enter__()
         except Exception as exc:
@@ -150,7 +175,7 @@ class _Stream:
 
         backend = self._backend
         try:
-            with _open_stream(backend.client, self._request) as resp:
+            with _open_stream(backend.client, self._request, backend.generation_timeout) as resp:
                 with self._lock:
                     self._response = resp
                 if self._aborted.is_set():
@@ -217,10 +242,14 @@ class RemoteBackend:
         headers = dict(settings.headers)
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key}"
+        # every request but generation answers within the connect timeout (a frozen server
+        # fails the connect in that time); generation waits as long as the turn's deadlines
         patience = max(settings.first_token_timeout_s, settings.idle_timeout_s) + 5.0
+        self.generation_timeout = httpx.Timeout(connect=settings.connect_timeout_s, read=patience,
+                                                write=30.0, pool=30.0)
         self.client = httpx.Client(
             base_url=settings.url.rstrip("/"), headers=headers, verify=settings.verify_tls,
-            timeout=httpx.Timeout(connect=settings.connect_timeout_s, read=patience, write=30.0, pool=30.0),
+            timeout=httpx.Timeout(settings.connect_timeout_s),
         )
         self.server: ServerInfo | None = None
         self.info = BackendInfo(backend="remote", device=adapter.kind, model_name="", quantization="",
@@ -236,14 +265,20 @@ class RemoteBackend:
 
     # -- plain requests ---------------------------------------------------------------------
 
-    def request_json(self, request: Request, *, allow_missing: bool = False) -> Any:
-        """Send one non-streamed request; its JSON, or None for a 404 when ``allow_missing``."""
+    def request_json(self, request: Request, *, allow_missing: bool = False, generation: bool = False) -> Any:
+        """Send one non-streamed request; its JSON, or None for a 404 when ``allow_missing``.
+
+        Within the connect timeout, unless ``generation`` (the model runs to answer it).
+        """
         import httpx
 
         try:
-            resp = _send(self.client, request)
+            resp = _send(self.client, request, self.generation_timeout if generation else None)
         except httpx.HTTPError as exc:
-            raise _transport_error(exc, self.settings.url, streaming=False) from exc
+            if generation:
+                raise _transport_error(exc, self.settings.url, streaming=False) from exc
+            raise _transport_error(exc, self.settings.url, streaming=False, path=request.path,
+                                   timeout_s=self.settings.connect_timeout_s) from exc
         if allow_missing and resp.status_code in (404, 405):
             return None
         if resp.status_code >= 400:
@@ -336,6 +371,9 @@ class RemoteBackend:
             if ended and parser.finished():
                 expected = parser.counts.completion_tokens
                 yield from self._recover_tail(prompt, sampling, seed, received)
+                if not received:
+                    raise BackendError(f"the server at {self.settings.url} ended the reply without sending a "
+                                       "single token id: is it the kind of server --server-kind says?")
             elif ended:
                 raise BackendError(f"the server at {self.settings.url} closed the stream before the reply "
                                    "finished; the reply so far is kept")
@@ -355,7 +393,7 @@ class RemoteBackend:
         recovery = getattr(self.adapter, "recovery", None)
         if total is None or total <= len(received) or recovery is None:
             return
-        body = self.request_json(recovery(prompt, sampling, seed, total))
+        body = self.request_json(recovery(prompt, sampling, seed, total), generation=True)
         ids = self.adapter.recovered_ids(body)  # type: ignore[attr-defined]
         if len(ids) != total or ids[: len(received)] != received:
             return  # the accounting marks the turn unverified

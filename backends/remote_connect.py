@@ -4,9 +4,10 @@
 raises one :class:`backends.base.BackendError` line.  In order:
 
 1. ``GET /health`` (all three servers have it): reachable, and not still loading.
-2. The kind: ``--server-kind``, else detected from the server's own endpoints:
-   ``/props`` with ``build_info`` is llama-server, ``/get_model_info`` is SGLang,
-   ``/version`` is vLLM.
+2. The kind: detected from the server's own endpoints: ``/props`` with ``build_info``
+   is llama-server, ``/get_model_info`` is SGLang, ``/version`` is vLLM.  A
+   ``--server-kind`` that contradicts what was detected is refused (the server does not
+   speak that protocol); one given for a server that looks like none of them is trusted.
 3. What it serves (:meth:`RemoteBackend.describe`): model, context size, vocabulary size.
 4. The vocabulary check: a probe text with special tokens, emoji, CJK, digits and
    whitespace goes through the server's ``/tokenize`` and through our tokenizer; the ids
@@ -59,9 +60,10 @@ def _get(backend: RemoteBackend, path: str) -> Any:
     import httpx
 
     try:
-        return backend.client.get(path)
+        return backend.client.get(path)  # within the connect timeout (the client's default)
     except httpx.HTTPError as exc:
-        raise _transport_error(exc, backend.settings.url, streaming=False) from exc
+        raise _transport_error(exc, backend.settings.url, streaming=False, path=path,
+                               timeout_s=backend.settings.connect_timeout_s) from exc
 
 
 def check_health(backend: RemoteBackend) -> None:
@@ -69,6 +71,9 @@ def check_health(backend: RemoteBackend) -> None:
     resp = _get(backend, "/health")
     if resp.status_code >= 400 and resp.status_code != 404:
         raise _http_error(resp, backend.settings.url)
+
+
+KIND_NAMES = {"llamacpp": "llama-server", "vllm": "vLLM", "sglang": "SGLang"}
 
 
 def detect_kind(backend: RemoteBackend) -> str:
@@ -151,16 +156,39 @@ def open_client(settings: RemoteSettings) -> RemoteBackend:
     """A client for ``settings.url`` that reached ``/health``, with its adapter chosen."""
     if not settings.url.startswith(("http://", "https://")):
         raise BackendError(f"--server needs an http:// or https:// URL, not {settings.url!r}")
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(settings.url)
+        parts.port  # noqa: B018 - raises ValueError for a port outside 0-65535 or not a number
+    except ValueError as exc:
+        raise BackendError(f"--server {settings.url!r} is not a usable URL ({exc}): ports go from 1 to 65535") from None
+    if not parts.hostname or parts.port == 0:
+        raise BackendError(f"--server {settings.url!r} names no host or port 0: give http(s)://HOST[:PORT]")
     backend = RemoteBackend(settings, make_adapter(settings.kind if settings.kind != "auto" else "llamacpp"))
     try:
         check_health(backend)
-        kind = settings.kind if settings.kind != "auto" else detect_kind(backend)
+        kind = _checked_kind(backend, settings.kind)
         backend.adapter = make_adapter(kind)
         backend.describe()
     except BaseException:
         backend.close()
         raise
     return backend
+
+
+def _checked_kind(backend: RemoteBackend, asked: str) -> str:
+    """``asked`` (or the detected kind for auto), refused when the server is another kind."""
+    try:
+        found = detect_kind(backend)
+    except BackendError:
+        if asked == "auto":
+            raise
+        return asked  # none of the three by its endpoints: the user says which protocol it speaks
+    if asked not in ("auto", found):
+        raise BackendError(f"the server at {backend.settings.url} is {KIND_NAMES[found]}, which does not speak "
+                           f"{KIND_NAMES.get(asked, asked)}'s protocol: pass --server-kind {found} (or auto)")
+    return found
 
 
 def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: int | None = None) -> RemoteBackend:
@@ -181,8 +209,8 @@ def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: i
             backend.info.notes.append("vocabulary check passed: the server's ids are ours")
         if n_ctx:
             if backend.info.context_size and n_ctx > backend.info.context_size:
-                backend.info.notes.append(f"--ctx {n_ctx} is more than the server's {backend.info.context_size}; "
-                                          "using the server's")
+                backend.info.notes.append(f"the context size asked for ({n_ctx} tokens, --ctx or model.context_size) "
+                                          f"is more than the server's {backend.info.context_size}; using the server's")
             else:
                 backend.info.context_size = n_ctx
         if not backend.info.context_size:
