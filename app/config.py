@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +39,17 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting's type; ``choices`` limits a string to those values."""
+    """One setting's type and range; ``choices`` limits a string to those values.
+
+    Numbers are always finite (NaN and infinity are refused); ``minimum`` and
+    ``maximum`` include the bound, ``above`` excludes it.
+    """
 
     kind: str  # "string" | "boolean" | "integer" | "number" | "strings"
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
 
 
 _S, _B, _I, _N = Setting("string"), Setting("boolean"), Setting("integer", minimum=0), Setting("number", minimum=0)
@@ -64,10 +71,11 @@ SCHEMA: dict[str, Setting] = {
     "chat.show_thinking": _B,
     "chat.stats": _B,
     "sampling.temperature": _N,
-    "sampling.top_p": Setting("number", minimum=0),
+    "sampling.top_p": Setting("number", minimum=0, maximum=1),
     "sampling.top_k": _I,
-    "sampling.min_p": _N,
-    "sampling.repeat_penalty": _N,
+    "sampling.min_p": Setting("number", minimum=0, maximum=1),
+    # 0 divides every logit by zero: llama.cpp then samples nothing but its first id (an empty reply)
+    "sampling.repeat_penalty": Setting("number", above=0),
     "sampling.repeat_last_n": Setting("integer", minimum=-1),
     "sampling.max_tokens": Setting("integer", minimum=1),
     "sampling.seed": Setting("integer", minimum=-1),
@@ -131,11 +139,17 @@ def check_value(source: str, key: str, value: Any) -> Any:
           "strings": isinstance(value, list) and all(isinstance(v, str) for v in value)}[setting.kind]
     if not ok:
         raise ConfigError(f"{source}: {key} must be {expected}, not {_toml_type(value)} ({value!r})")
+    if setting.kind == "number" and not math.isfinite(value):
+        raise ConfigError(f"{source}: {key} must be a finite number, not {value!r}")
     if setting.choices and value not in setting.choices:
         raise ConfigError(f"{source}: {key} must be one of {', '.join(repr(c) for c in setting.choices)}, "
                           f"not {value!r}")
     if setting.minimum is not None and value < setting.minimum:
         raise ConfigError(f"{source}: {key} must be at least {setting.minimum:g}, not {value!r}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise ConfigError(f"{source}: {key} must be at most {setting.maximum:g}, not {value!r}")
+    if setting.above is not None and value <= setting.above:
+        raise ConfigError(f"{source}: {key} must be more than {setting.above:g}, not {value!r}")
     return float(value) if setting.kind == "number" else value
 
 
@@ -167,11 +181,17 @@ def flatten(source: str, table: dict, allowed: set[str] | None = None) -> dict[s
 
 def read_toml(path: Path) -> dict:
     """A TOML file parsed, or a one-line ConfigError naming it."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a config file: move it away "
+                          "(`tokchat config init` then writes a commented config.toml)")
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                          "a config file is TOML, which is UTF-8: fix or remove it") from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
@@ -239,7 +259,7 @@ def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = 
     own: dict[str, tuple[str, Any]] = {}
     server_presets: dict[str, dict[str, Any]] = {}
     user_path = user_config_path()
-    if user_path.is_file():
+    if user_path.exists():  # a directory or unreadable file of that name is an error (read_toml)
         from app.server_config import split_server_presets
 
         table, server_presets = split_server_presets(read_toml(user_path), str(user_path))

@@ -17,6 +17,7 @@ A message's tool fields travel in JSON as ``"tool"`` (absent in older exports).
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -61,8 +62,23 @@ def _message_dict(m: StoredMessage) -> dict[str, Any]:
             "created": iso(m.created_at), "finished": iso(m.finished_at), **({"tool": m.tool} if m.tool else {})}
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (not JSON: ``JSON.parse`` rejects them) made null.
+
+    Such numbers reach the history from older tokchats (``--temperature nan`` was accepted)
+    or from a stat divided by zero; an export must always be valid JSON.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def to_json(conv: Conversation) -> str:
-    return json.dumps(to_dict(conv), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(finite(to_dict(conv)), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _need(data: dict, key: str, kinds: tuple[type, ...], where: str) -> Any:
@@ -120,9 +136,15 @@ def _messages(items: list, source: str) -> list[StoredMessage]:
     return messages
 
 
+def _no_constant(name: str) -> Any:
+    raise ImportFormatError(f"{name} is not a JSON number")
+
+
 def conversation_from_json(text: str, source: str = "import") -> Conversation:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
+    except ImportFormatError as exc:
+        raise ImportFormatError(f"{source}: not JSON ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"{source}: not JSON ({exc})") from exc
     return from_dict(data, source)

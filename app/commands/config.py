@@ -62,6 +62,8 @@ def init() -> int:
     from app.config import DEFAULTS_PATH, user_config_path
 
     path = user_config_path()
+    if path.is_dir():
+        raise CLIError(f"{path} is a directory, not a config file: move it away first")
     if path.exists():
         raise CLIError(f"{path} exists already: edit it (see `tokchat config show`)")
     lines = []
@@ -81,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
 
         path = user_config_path()
         print(path)
-        if not path.exists():
+        if path.is_dir():
+            print("(a directory, not a config file: move it away, then `tokchat config init` writes a commented one)",
+                  file=sys.stderr)
+        elif not path.exists():
             print("(does not exist yet: `tokchat config init` writes a commented one)", file=sys.stderr)
         return 0
     if args.action == "init":
