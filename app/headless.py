@@ -6,7 +6,10 @@
 * ``--stats`` writes one JSON line of :class:`app.session.TurnStats` to stderr at the end;
 * Ctrl-C cancels the generation cleanly: the partial reply stays printed, the stats line
   (``finish_reason: "cancelled"``) is still written, and the exit status is 130.  A
-  second Ctrl-C interrupts at once.
+  second Ctrl-C interrupts at once.  SIGTERM (``timeout``, systemd, docker) and SIGHUP
+  (the terminal closed) do the same, exiting 143 and 129: the history keeps everything
+  that was printed.  A closed stdout (``| head -c 10``) stops the reply the same way:
+  one line on stderr, the stats, exit 141 (128 + SIGPIPE).
 
 Tools: with ``--tools`` the turn runs through :class:`app.tools.loop.ToolLoop`; each call
 and its result are one line on stderr (text made printable), and a call runs only with
@@ -29,6 +32,10 @@ from app.options import ChatOptions
 from app.session import ChatMessage, ChatSession
 
 EXIT_INTERRUPTED = 130
+#: the exit status when stdout was closed under the reply (a shell's 128 + SIGPIPE)
+EXIT_BROKEN_PIPE = 141
+#: signals that stop the reply as Ctrl-C does; the exit status is 128 + the signal's number
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, list[str]]:
@@ -96,15 +103,17 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
         recorder.on_user(ChatMessage("user", prompt))
     status = 0
     wrote_content = False
+    stoppable = tools.loop if tools is not None else session
+    reply_out = _ReplyOut(out, err, stoppable)
     try:
-        with _cancel_on_sigint(tools.loop if tools is not None else session):
+        # the handlers stay until the reply is stored: a signal then still finds it whole
+        with _stop_on_signals(stoppable) as caught:
             events = tools.loop.send(prompt) if tools is not None else session.send(prompt)
             for event in events:
                 if recorder is not None:
                     recorder.on_event(event)
                 if event.kind == "content":
-                    out.write(event.text)
-                    out.flush()
+                    reply_out.write(event.text)
                     wrote_content = wrote_content or bool(event.text)
                 elif event.kind == "reasoning" and options.show_thinking:
                     err.write(event.text)
@@ -118,13 +127,18 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     if event.stats.finish_reason == "cancelled":
                         status = EXIT_INTERRUPTED
                     if wrote_content:
-                        out.write("\n")
-                        out.flush()
+                        reply_out.write("\n")
                     if options.stats:
-                        print(json.dumps(asdict(event.stats)), file=err, flush=True)
-        reply = session.messages[-1] if session.messages and session.messages[-1].role == "assistant" else None
-        if recorder is not None and reply is not None:
-            recorder.on_reply(reply)
+                        from app.export import finite
+
+                        print(json.dumps(finite(asdict(event.stats))), file=err, flush=True)
+            reply = session.messages[-1] if session.messages and session.messages[-1].role == "assistant" else None
+            if recorder is not None and reply is not None:
+                recorder.on_reply(reply)
+        if reply_out.broken is not None:
+            status = EXIT_BROKEN_PIPE
+        elif caught:
+            status = 128 + caught[0]
     finally:
         if recorder is not None:
             recorder.close()
@@ -188,22 +202,68 @@ def _print_tool_event(event: Any, err: TextIO) -> None:
               f"{preview(outcome.text)}", file=err)
 
 
-@contextmanager
-def _cancel_on_sigint(session: ChatSession) -> Iterator[None]:
-    """The first Ctrl-C cancels the reply (which then ends normally); the second interrupts."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed = []
+class _ReplyOut:
+    """stdout for the reply; once it is closed under us the reply is cancelled, not lost.
 
-    def on_sigint(signum: int, frame: Any) -> None:
-        if pressed:
+    ``broken`` says why writing stopped (None while it works).  The rest of the reply's
+    events still run through the loop, so the session ends the turn as cancelled and the
+    history stores it; stdout is pointed at /dev/null so that Python's own flush at exit
+    does not fail again.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO, stoppable: Any) -> None:
+        self._out = out
+        self._err = err
+        self._stoppable = stoppable
+        self.broken: str | None = None
+
+    def write(self, text: str) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self._out.write(text)
+            self._out.flush()
+        except OSError as exc:  # BrokenPipeError, or EIO from a terminal that went away
+            self.broken = "broken pipe" if isinstance(exc, BrokenPipeError) else (exc.strerror or str(exc))
+            self._stoppable.cancel()
+            self._silence()
+            print(f"tokchat: stdout was closed ({self.broken}): the reply stopped there; what was generated "
+                  "is kept in the history", file=self._err, flush=True)
+
+    def _silence(self) -> None:
+        import os
+
+        try:
+            fd = self._out.fileno()
+        except (OSError, ValueError, AttributeError):
+            return  # not a real file (a test's StringIO): nothing flushes it at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+@contextmanager
+def _stop_on_signals(session: Any) -> Iterator[list[int]]:
+    """The first SIGINT, SIGTERM or SIGHUP cancels the reply (which then ends normally and
+    is stored); a second one interrupts.  Yields the signals caught, first one first."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if caught:
             raise KeyboardInterrupt
-        pressed.append(signum)
+        caught.append(signum)
         session.cancel()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:  # Windows has no SIGHUP
+            previous[number] = signal.signal(number, on_signal)
     try:
-        yield
+        yield caught
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)

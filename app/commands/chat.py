@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import BinaryIO
+
+from app.cli import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,14 +75,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip the check that the server's token ids are ours")
 
 
+def read_stdin_prompt(stream: BinaryIO) -> str:
+    """The prompt piped on stdin, checked as ``--attach`` checks a file (binary is refused)."""
+    from app.attachments import SNIFF_BYTES, is_binary
+
+    data = stream.read()
+    if is_binary(data[:SNIFF_BYTES]):
+        raise CLIError("the prompt on stdin looks binary (not text): nothing sent; pipe text, "
+                       "or --attach a text file")
+    text = data.decode("utf-8", "replace")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        bad = text.count("\ufffd") - data.decode("utf-8", "ignore").count("\ufffd")
+        print(f"tokchat: the prompt on stdin is not valid UTF-8: {bad} invalid sequence{'s' if bad != 1 else ''} "
+              "sent as \ufffd", file=sys.stderr)
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     from app.commands.pull import pull_if_missing
     from app.config import chat_options, load_settings
 
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
+    where = "--prompt"
     if args.prompt is None and not sys.stdin.isatty():
-        args.prompt = sys.stdin.read()
+        args.prompt, where = read_stdin_prompt(sys.stdin.buffer), "stdin"
+    if args.prompt is not None and not args.prompt.strip() and not args.attach:
+        what = "empty" if not args.prompt else "only whitespace"
+        raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
     # first use of --model hf:... or a preset name: download with a progress bar before anything loads
     pull_if_missing(args.model or load_settings(args, use_preset=False).values["model.default"])
     headless = args.prompt is not None
