@@ -160,12 +160,20 @@ class ChatStore:
     Raises :class:`StoreError` (one line) when the file cannot be opened,
     read or written: a read-only directory, a full disk, a database from a
     newer tokchat.
+
+    ``readonly``: for reading only (export, list): the file is opened read-only, so a
+    read-only file or directory works; nothing is created, migrated or recovered.
     """
 
-    def __init__(self, path: str | Path | None = None, *, timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(self, path: str | Path | None = None, *, timeout_s: float = BUSY_TIMEOUT_S,
+                 readonly: bool = False) -> None:
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self._key = str(self.path.resolve())  # one spelling per file, for _ACTIVE_REPLIES
         self._lock = threading.RLock()
+        self.readonly = readonly
+        if readonly:
+            self._conn = self._open_readonly(timeout_s)
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except FileExistsError as exc:
@@ -195,6 +203,40 @@ class ChatStore:
             raise self._error(exc) from exc
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    def _open_readonly(self, timeout_s: float) -> sqlite3.Connection:
+        """A read-only connection: ``mode=ro``, else ``immutable=1`` when SQLite cannot make
+        the WAL's shared-memory file beside a read-only database (nobody can write it then)."""
+        from urllib.parse import quote
+
+        if not self.path.is_file():
+            raise StoreError(f"history database {self.path}: does not exist (nothing recorded yet)")
+        uri = "file:" + quote(str(self.path.resolve()))
+        last: sqlite3.Error | None = None
+        for flags in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                conn = sqlite3.connect(uri + flags, uri=True, timeout=timeout_s, isolation_level=None,
+                                       check_same_thread=False, factory=_Connection)
+            except sqlite3.Error as exc:
+                last = exc
+                continue
+            try:
+                conn.row_factory = sqlite3.Row
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                conn.close()
+                last = exc
+                continue
+            if version != SCHEMA_VERSION:
+                conn.close()
+                newer = version > SCHEMA_VERSION
+                raise StoreError(f"history database {self.path} has schema version {version}, "
+                                 + (f"newer than this tokchat ({SCHEMA_VERSION}): upgrade tokchat" if newer else
+                                    f"older than this tokchat's {SCHEMA_VERSION}: run tokchat once with write "
+                                    "access to it to upgrade it"))
+            return conn
+        assert last is not None
+        raise self._error(last) from last
 
     def _use_wal(self, timeout_s: float) -> None:
         """Switch the file to WAL, waiting out another process that is opening it too.

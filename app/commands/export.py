@@ -51,13 +51,22 @@ def _import(store, file: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from app.export import to_json, to_markdown
-    from app.store import ChatStore
+    from app.store import ChatStore, default_db_path
 
-    with ChatStore() as store:
+    if args.import_file:
+        with ChatStore() as store:
+            return _import(store, args.import_file)
+    if not args.list and args.id is None and not args.last:
+        raise CLIError("which conversation? give an ID or --last (`tokchat export --list` shows them)")
+    if not default_db_path().exists():
+        if args.list:
+            print("no conversations (nothing recorded yet)", file=sys.stderr)
+            return 0
+        raise CLIError("the history is empty: nothing to export")
+    # reading only: a read-only history file or directory is fine
+    with ChatStore(readonly=True) as store:
         if args.list:
             return _list(store, args.search)
-        if args.import_file:
-            return _import(store, args.import_file)
         if args.id is None and not args.last:
             raise CLIError("which conversation? give an ID or --last (`tokchat export --list` shows them)")
         if args.id is not None and args.last:
