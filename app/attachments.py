@@ -128,8 +128,11 @@ def is_binary(head: bytes) -> bool:
 
 
 def read_attachment(path: str | Path, limits: AttachLimits, count: Callable[[str], int],
-                    *, base: Path | None = None) -> Attachment:
-    """The file at ``path`` checked and priced (``count`` is the session's token count)."""
+                    *, base: Path | None = None, tui: bool = True) -> Attachment:
+    """The file at ``path`` checked and priced (``count`` is the session's token count).
+
+    ``tui=False`` (``--attach``): the errors' hints name the command line, not the chat's keys.
+    """
     path = Path(path).expanduser()
     if base is not None and not path.is_absolute():
         path = base / path
@@ -137,10 +140,13 @@ def read_attachment(path: str | Path, limits: AttachLimits, count: Callable[[str
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise AttachmentError(f"{shown}: no such file; check the path (Tab completes after @)") from None
+        hint = " (Tab completes after @)" if tui else ""
+        raise AttachmentError(f"{shown}: no such file; check the path{hint}") from None
     except OSError as exc:
         raise AttachmentError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
     if path.is_dir():
+        if not tui:
+            raise AttachmentError(f"{shown} is a directory: --attach takes files (repeat it for several)")
         raise AttachmentError(f"{shown} is a directory: /attach it to see what it would include")
     if not path.is_file():
         raise AttachmentError(f"{shown} is not a regular file (a device or a pipe): nothing attached")

@@ -59,10 +59,18 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
     notices = [notice] if notice else []
     opened = backend is None
     if backend is None:
-        from backends import LoadOptions, open_backend
+        from backends import BackendError, LoadOptions, open_backend
 
-        backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device, n_threads=options.threads,
-                                                 n_ctx=options.ctx, model_meta=header))
+        try:
+            backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                                     n_threads=options.threads, n_ctx=options.ctx, model_meta=header))
+        except BackendError as exc:
+            from backends.model_meta import explain_load_failure
+
+            better = explain_load_failure(header, path, options.ctx)
+            if better is None:
+                raise
+            raise BackendError(f"{better} (the engine said: {exc})") from exc
         notices.extend(backend.info.notes)
     try:
         session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
@@ -89,7 +97,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
 
         limits = options.attach_limits or AttachLimits()
         try:
-            files = [read_attachment(path, limits, session.draft_tokens) for path in options.attach]
+            files = [read_attachment(path, limits, session.draft_tokens, tui=False) for path in options.attach]
         except AttachmentError as exc:
             print(f"tokchat: {exc}", file=err)
             return 2

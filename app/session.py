@@ -510,6 +510,14 @@ class ChatSession:
             if later is None:  # only the system prompt and this message are left
                 if self.context_size - len(prompt.ids) >= min(need, MIN_REPLY_TOKENS):
                     break  # it fits with a shorter reply
+                if len(prompt.ids) < self.context_size:  # it fits, but not with the room kept for the reply
+                    reply = min(need, MIN_REPLY_TOKENS)
+                    return None, (
+                        f"message too long: the prompt would be {len(prompt.ids)} tokens, leaving "
+                        f"{self.context_size - len(prompt.ids)} of the context's {self.context_size} for a reply "
+                        f"that needs room for {reply} (--max-tokens {self.sampling.max_tokens}); lower "
+                        f"--max-tokens, shorten the message or the system prompt, or raise --ctx"
+                    )
                 return None, (
                     f"message too long: the prompt would be {len(prompt.ids)} tokens with a context of "
                     f"{self.context_size}; shorten it, shorten the system prompt, or raise --ctx"

@@ -102,3 +102,59 @@ def _mlx_meta(path: Path) -> ModelMeta:
         path=path, format="mlx", name=path.name, architecture=str(config.get("model_type", "unknown")),
         quantization=quant, context_length=int(ctx) if isinstance(ctx, int) else None, kv=config,
     )
+
+
+def kv_cache_bytes(meta: ModelMeta, n_ctx: int) -> int | None:
+    """The f16 K and V cache of ``n_ctx`` tokens, as llama.cpp sizes it by default (None: unknown).
+
+    Per token and layer: ``head_count_kv * (key_length + value_length)`` values of 2 bytes;
+    the head sizes default to ``embedding_length / head_count``.  Sliding-window layers and
+    recurrent models take less; this is the upper figure.
+    """
+    kv, arch = meta.kv, meta.architecture
+
+    def num(key: str) -> int | None:
+        value = kv.get(f"{arch}.{key}")
+        if isinstance(value, list):  # per-layer counts: the largest
+            value = max((v for v in value if isinstance(v, int)), default=None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    layers, heads, embd = num("block_count"), num("attention.head_count"), num("embedding_length")
+    if not (layers and heads and embd):
+        return None
+    heads_kv = num("attention.head_count_kv") or heads
+    k_len = num("attention.key_length") or embd // heads
+    v_len = num("attention.value_length") or embd // heads
+    return n_ctx * layers * heads_kv * (k_len + v_len) * 2
+
+
+def explain_load_failure(meta: ModelMeta | None, path: Path, n_ctx: int | None) -> str | None:
+    """A better line than the engine's "could not load" when the header says why, else None.
+
+    A file cut short (a tensor past its end) or a context whose KV cache is larger than
+    this machine's memory: the two loads the issue saw fail with only the engine's words.
+    """
+    if meta is None or meta.format != "gguf" or meta.gguf is None:
+        return None
+    from app.gguf_extents import truncation
+
+    cut = truncation(path, meta.gguf)
+    if cut:
+        return cut
+    if n_ctx:
+        need = kv_cache_bytes(meta, n_ctx)
+        memory = _memory_bytes()
+        if need is not None and memory and need > memory // 2:
+            return (f"--ctx {n_ctx} needs a KV cache of about {need / 1e9:,.1f} GB for {path.name} "
+                    f"(this machine has {memory / 1e9:,.1f} GB of memory): lower --ctx "
+                    f"(the model was trained on {meta.context_length or '?'} tokens)")
+    return None
+
+
+def _memory_bytes() -> int | None:
+    import os
+
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

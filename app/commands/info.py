@@ -5,7 +5,9 @@
 Shows the tokenizer kind and pre-tokenizer, vocabulary size, BOS/EOS and
 whether the model wants a BOS, the end-of-generation tokens, the special
 tokens and the chat template (first lines; ``--template`` prints it all).
-Only the tokenizer is read, never the weights.
+Only the tokenizer is read, never the weights; for a GGUF the tensor infos are read
+too and each tensor's extent checked against the file's size (a download cut short
+exits 2 with one line on stderr, after the facts).
 """
 from __future__ import annotations
 
@@ -51,6 +53,22 @@ def describe(tok) -> dict:
     }
 
 
+def weights(source: str) -> dict | None:
+    """For a GGUF: how many tensors, and whether any lies past the end of the file (None otherwise)."""
+    from pathlib import Path
+
+    from app.gguf_extents import tensor_extents, truncation
+    from tokenizer.gguf import read_gguf
+
+    path = Path(source)
+    if path.suffix.lower() != ".gguf" or not path.is_file():
+        return None
+    gguf = read_gguf(path, keys={"general.alignment"})
+    problem = truncation(path, gguf)
+    count = gguf.tensor_count if problem else len(tensor_extents(path, gguf)[0])
+    return {"tensors": count, "problem": problem}
+
+
 def _line(label: str, value: object) -> str:
     return f"{label:<16}{value}"
 
@@ -58,9 +76,13 @@ def _line(label: str, value: object) -> str:
 def run(args: argparse.Namespace) -> int:
     tok = load_for_cli(args.path)
     facts = describe(tok)
+    facts["weights"] = weights(str(facts["source"]))
+    problem = (facts["weights"] or {}).get("problem")
     if args.json:
         print(json.dumps(facts, ensure_ascii=False, indent=2))
-        return 0
+        if problem:
+            print(f"tokchat: {problem}", file=sys.stderr)
+        return 2 if problem else 0
     if args.template:
         sys.stdout.write((tok.chat_template or "") + "\n")
         return 0
@@ -95,5 +117,11 @@ def run(args: argparse.Namespace) -> int:
             out.append("    … (tokchat info --template shows it all)")
     else:
         out.append(_line("chat template", "none"))
+    if facts["weights"] is not None:
+        state = "CUT SHORT (see below)" if problem else "all inside the file"
+        out.append(_line("tensors", f"{facts['weights']['tensors']}, {state}"))
     print("\n".join(out))
+    if problem:
+        print(f"tokchat: {problem}", file=sys.stderr)
+        return 2
     return 0

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cached_path(value: str, cache: Path) -> Path | None:
+    """The cached file ``value`` names; a malformed ``hf:`` reference is one line, as ``pull`` says it."""
+    from app.cli import CLIError
     from app.hub_cache import cached_model
     from app.hub_ref import RefError, model_ref
 
@@ -28,8 +30,8 @@ def _cached_path(value: str, cache: Path) -> Path | None:
         return path.absolute()
     try:
         ref = model_ref(value)
-    except RefError:
-        return None
+    except RefError as exc:
+        raise CLIError(str(exc)) from None
     return cached_model(ref, cache) if ref is not None else None
 
 
