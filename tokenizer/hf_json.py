@@ -50,10 +50,17 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _section(spec: Any, what: str) -> dict:
+    """``spec`` when it is a JSON object, else the TokenizerError a hand-edited file deserves."""
+    if not isinstance(spec, dict):
+        raise TokenizerError(f"tokenizer.json {what} must be an object, not {type(spec).__name__}")
+    return spec
+
+
 def _normalizer(spec: Any) -> Callable[[str], str] | None:
     if spec is None:
         return None
-    kind = spec.get("type")
+    kind = _section(spec, "normalizer").get("type")
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
         return lambda s, form=kind: unicodedata.normalize(form, s)
     if kind == "Lowercase":
@@ -125,7 +132,7 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
     """Pre-tokenizer steps, and whether a ByteLevel step (byte map) is present."""
     if spec is None:
         return [], False
-    kind = spec.get("type")
+    kind = _section(spec, "pre_tokenizer").get("type")
     if kind == "Sequence":
         steps, byte_level = [], False
         for sub in spec.get("pretokenizers", []):
@@ -136,16 +143,17 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
     if kind == "Split":
         if spec.get("invert"):
             raise TokenizerError("tokenizer.json Split with invert=true is not supported")
-        pat = spec.get("pattern", {})
+        pat = _section(spec.get("pattern", {}), "Split pattern")
         accel = accel_module()
-        if accel is not None and spec.get("behavior", "Isolated") == "Isolated" and pat.get("Regex") in HF_SPLIT_MODES:
+        if (accel is not None and spec.get("behavior", "Isolated") == "Isolated" and isinstance(pat.get("Regex"), str)
+                and pat["Regex"] in HF_SPLIT_MODES):
             return [_c_splitter(accel.split, HF_SPLIT_MODES[pat["Regex"]])], False
         if "Regex" in pat:
             try:
                 compiled = regex.compile(pat["Regex"])
             except (regex.error, TypeError) as exc:
                 raise TokenizerError(f"tokenizer.json Split regex does not compile: {exc}") from None
-        elif "String" in pat:
+        elif isinstance(pat.get("String"), str):
             compiled = regex.compile(regex.escape(pat["String"]))
         else:
             raise TokenizerError("tokenizer.json Split without a pattern")
@@ -167,8 +175,19 @@ def _token_text(value: Any) -> str | None:
 
 
 def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
-    """A tokenizer matching HF ``tokenizers`` for ``tokenizer.json`` at ``path``."""
-    path = Path(path)
+    """A tokenizer matching HF ``tokenizers`` for ``tokenizer.json`` at ``path``.
+
+    A file whose sections have the wrong JSON types (a list where an object
+    belongs, a number for a string) is one TokenizerError, whichever field it is.
+    """
+    try:
+        return _load_tokenizer_json(Path(path))
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:  # found by tests/fuzz (tokenizer_json)
+        raise TokenizerError(f"{path}: a field of this tokenizer.json has the wrong JSON type "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def _load_tokenizer_json(path: Path) -> Tokenizer:
     # numbers read as HF's JSON parser reads them (Unigram scores break ties on the last bit; see json_float)
     data = _read_json(path, parse_float=serde_float)
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
