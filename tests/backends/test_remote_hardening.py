@@ -8,6 +8,7 @@ test on a free port and always stopped.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import pytest
@@ -52,10 +53,13 @@ def test_a_frozen_server_mid_connect_names_the_request(server, smollm_path):
     backend = open_client(RemoteSettings(url=server.url, connect_timeout_s=1.0, first_token_timeout_s=120.0))
     try:
         server.pause()
-        with pytest.raises(BackendError, match=r"did not answer /(props|tokenize) within 1 s"):
+        with pytest.raises(BackendError) as caught:
             from backends.remote_connect import finish_connect
 
             finish_connect(backend, tokenizer, str(smollm_path))
+        message = str(caught.value)
+        # whichever connect-time request comes first (/props, /v1/models, /tokenize) is named
+        assert re.search(r"did not answer /[\w/]+ within 1 s \(server\.connect_timeout\)", message), message
     finally:
         backend.close()
 
