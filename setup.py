@@ -8,11 +8,10 @@ the build goes on and the pure-Python twin gives the same ids.
 ``TOKCHAT_SANITIZE=1`` builds it under AddressSanitizer and
 UndefinedBehaviorSanitizer (``tests/fuzz/run_sanitized.py`` builds such a copy
 in a separate folder and runs the tokenizer and hardening tests against it).
-``tests/fuzz/build_accel.py`` builds it into a folder of its own
-without going through pyproject.toml (whose metadata needs a newer
-setuptools than some venvs hold).  A
-sanitized build is never optional: a silent fallback to pure Python would
-test nothing.
+``tests/fuzz/build_accel.py`` builds it (sanitized or not, in place or into
+a folder of its own) without going through pyproject.toml, whose metadata
+needs a newer setuptools than some venvs hold.  A sanitized build is never
+optional: a silent fallback to pure Python would test nothing.
 """
 import os
 
