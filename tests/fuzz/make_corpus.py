@@ -19,43 +19,23 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent / "tokenizer")]
 
 from fuzz_targets import tests_assets  # noqa: E402
+from gguf_build import build_gguf, gguf_string  # noqa: E402
 
 from tokenizer.gguf import read_gguf  # noqa: E402
 
 asset_path = tests_assets().asset_path
 
 CORPUS = HERE / "corpus"
-_TYPES = {"uint8": 0, "int8": 1, "uint16": 2, "int16": 3, "uint32": 4, "int32": 5, "float32": 6, "bool": 7,
-          "string": 8, "array": 9, "uint64": 10, "int64": 11, "float64": 12}
-_FMT = {"uint8": "B", "int8": "b", "uint16": "H", "int16": "h", "uint32": "I", "int32": "i", "float32": "f",
-        "bool": "?", "uint64": "Q", "int64": "q", "float64": "d"}
 BIG = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
 
 
-def gstr(s: str | bytes) -> bytes:
-    data = s.encode("utf-8") if isinstance(s, str) else s
-    return struct.pack("<Q", len(data)) + data
-
-
-def gvalue(tname: str, value: Any) -> bytes:
-    if tname == "string":
-        return gstr(value)
-    if tname.startswith("array["):
-        etype = tname[6:-1]
-        head = struct.pack("<IQ", _TYPES[etype if not etype.startswith("array") else "array"], len(value))
-        return head + b"".join(gvalue(etype, v) for v in value)
-    return struct.pack("<" + _FMT[tname], value)
-
-
 def write_gguf(items: list[tuple[str, str, Any]], tensor_count: int = 0) -> bytes:
-    out = [b"GGUF", struct.pack("<IQQ", 3, tensor_count, len(items))]
-    for key, tname, value in items:
-        code = _TYPES["array"] if tname.startswith("array[") else _TYPES[tname]
-        out.append(gstr(key) + struct.pack("<I", code) + gvalue(tname, value))
-    return b"".join(out)
+    """GGUF bytes for ``items`` = [(key, type, value)] in the reader's type names ("array[ELEM]")."""
+    return build_gguf([(key, tname.replace("array[", "array:").replace("]", ""), value) for key, tname, value in items],
+                      tensor_count=tensor_count)
 
 
 def shrink_gguf(path: Path, first: int, extra: range = range(0), merges_cap: int = 240,
@@ -170,8 +150,8 @@ def gguf_array_seeds(gguf: dict[str, bytes]) -> dict[str, bytes]:
         g = parse_gguf(gguf[name], len(gguf[name]))
         toks = g.kv["tokenizer.ggml.tokens"][:120]
         merges = (g.kv.get("tokenizer.ggml.merges") or [])[:60]
-        tok_raw = b"".join(gstr(t) for t in toks)
-        merge_raw = b"".join(gstr(m) for m in merges)
+        tok_raw = b"".join(gguf_string(t) for t in toks)
+        merge_raw = b"".join(gguf_string(m) for m in merges)
         off = len(tok_raw)
         for flags in (0x01, 0x03):
             # offset = the cut between the arrays; count = the token count

@@ -15,14 +15,15 @@ TYPES = {
 }
 
 
-def _string(s: str | bytes) -> bytes:
+def gguf_string(s: str | bytes) -> bytes:
+    """A GGUF string: its length as uint64, then its bytes."""
     data = s.encode("utf-8") if isinstance(s, str) else s
     return struct.pack("<Q", len(data)) + data
 
 
 def _value(vtype: str, value: Any) -> bytes:
     if vtype == "string":
-        return _string(value)
+        return gguf_string(value)
     if vtype.startswith("array:"):
         etype = vtype[len("array:"):]
         code = TYPES[etype.split(":")[0]][0]
@@ -36,7 +37,7 @@ def build_gguf(kvs: list[tuple[str, str, Any]], version: int = 3, tensor_count: 
     out = [b"GGUF", struct.pack("<IQQ", version, tensor_count, len(kvs))]
     for key, vtype, value in kvs:
         code = TYPES["array"][0] if vtype.startswith("array:") else TYPES[vtype][0]
-        out.append(_string(key) + struct.pack("<I", code) + _value(vtype, value))
+        out.append(gguf_string(key) + struct.pack("<I", code) + _value(vtype, value))
     return b"".join(out)
 
 
