@@ -61,12 +61,8 @@ class LlamaCppBackend:
         self._model_identity: tuple[int, int] | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
-        try:
-            from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError
-        except ImportError as exc:
-            raise BackendError(
-                "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
-            ) from exc
+        from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
+
         meta = known_meta(model_path, options.model_meta)
         if meta.format != "gguf":
             raise BackendError(f"llama.cpp loads .gguf files; {model_path} is an MLX directory (use --backend mlx)")
