@@ -153,5 +153,21 @@ def main() -> int:
     return 0
 
 
+def exit_now(status: int) -> None:
+    """End the process without the interpreter's finalisation.
+
+    The reader thread is parked in a read of stdin, holding its buffer's
+    lock; at shutdown CPython waits a second for that lock and then aborts
+    ("could not acquire lock for <stdin> at interpreter shutdown"), so every
+    engine used to take a second to close and die of SIGABRT.  Everything
+    worth keeping is flushed here first: the answers went out line by line and
+    the model was freed by ``host.close()``.
+    """
+    for stream in (sys.stderr, sys.__stderr__):
+        if stream is not None:
+            stream.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -125,7 +125,7 @@ class _Child:
         if self.proc.poll() is None:
             self.send({"op": "close"})
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(timeout)  # the engine frees its model and ends with status 0
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -114,8 +114,15 @@ def test_closing_ends_the_engine_process(smollm_path, tmp_path):
     backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log"))
     pid = backend.pid
     assert pid is not None and os.path.exists(f"/proc/{pid}")
+    child = backend._child.proc
+    started = time.monotonic()
     backend.close()
+    closed_in = time.monotonic() - started
     assert backend.pid is None
+    # a clean end, not the abort CPython gives a process whose daemon thread holds stdin at shutdown
+    # (that abort came after a one-second wait for the lock: the log says so)
+    assert child.returncode == 0, (child.returncode, closed_in)
+    assert "Fatal Python error" not in (tmp_path / "engine.log").read_text()
     # reaped by close(): the pid no longer names our child
     assert not os.path.exists(f"/proc/{pid}") or "engine_host" not in open(f"/proc/{pid}/cmdline").read()
 
