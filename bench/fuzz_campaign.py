@@ -3,6 +3,7 @@
     .venv/bin/python bench/fuzz_campaign.py                       # every target, 30 minutes each
     .venv/bin/python bench/fuzz_campaign.py --minutes 8 --targets gguf encode
     .venv/bin/python bench/fuzz_campaign.py --runs 10000000       # the issue's goal: 10 million each
+    nice -n 19 .venv/bin/python bench/fuzz_campaign.py --jobs 5 --until 07:55   # all at once, idle CPU only
 
 Each target runs under atheris (``tests/fuzz/fuzz.py``) starting from the
 committed corpus; inputs that find new coverage go to a scratch corpus
@@ -13,21 +14,34 @@ most ``--max-findings`` times).  Reproducers worth keeping belong in
 ``tests/fuzz/crashes/<target>/`` with the fix; ``tests/fuzz/test_fuzz_replay.py``
 replays them.
 
-Prints, per target: executions, seconds, executions/s, libFuzzer's final
-``cov:`` (covered Python branches/edges of ``tokenizer.*``) and ``ft:``
-(features), the corpus size and the findings.  ``--agreement-only`` then
+``--jobs N`` runs N targets at once (each is one process on one core);
+``--until HH:MM`` (machine time) ends every target cleanly at that time
+through libFuzzer's ``-max_total_time``, whatever it reached.  On a shared
+machine run it under ``nice -n 19`` so it only takes idle CPU: the fuzzers
+inherit the niceness, and their CPU time (not the wall time) says how much
+fuzzing each target really got.
+
+Prints, per target: executions, wall seconds, CPU seconds of the fuzzer
+processes themselves (``wait4``'s rusage), executions per CPU second,
+libFuzzer's final ``cov:`` (covered Python branches/edges of
+``tokenizer.*``) and ``ft:`` (features), the corpus size and the findings;
+the table also goes to ``--work/results.md`` and ``results.json``.  ``--agreement-only`` then
 replays the corpora the campaign kept with the current code and counts the
 inputs on which C and Python agree.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +56,7 @@ class Result:
     target: str
     execs: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     cov: int = 0
     ft: int = 0
     corpus: int = 0
@@ -75,7 +90,10 @@ def run_target(target: str, work: Path, seconds: float, runs: int, max_findings:
             d = _DONE.match(line)
             if d:
                 last_execs = int(d.group(1))
-        proc.wait()
+        # wait4, not wait: the rusage of this fuzzer process alone (threads run concurrently)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        res.cpu_seconds += usage.ru_utime + usage.ru_stime
         res.execs += last_execs
         res.seconds += time.monotonic() - started
         crashed = sorted(artifacts.iterdir())
@@ -104,13 +122,37 @@ def agreement(target: str, work: Path) -> tuple[int, int, list[str]]:
     return len(files), len(files) - len(bad), bad
 
 
+def seconds_until(hhmm: str) -> float:
+    """Seconds from now to the next ``HH:MM`` of the machine's local clock."""
+    now = datetime.datetime.now()
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    end = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if end <= now:
+        end += datetime.timedelta(days=1)
+    return (end - now).total_seconds()
+
+
+def table(results: list[Result], header: str) -> str:
+    """The campaign as a Markdown table (the README's)."""
+    lines = [header, "",
+             "| target | executions | wall | CPU | execs/CPU s | cov | ft | corpus | findings |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        rate = r.execs / r.cpu_seconds if r.cpu_seconds else 0.0
+        lines.append(f"| {r.target} | {r.execs:,} | {r.seconds / 60:.1f} min | {r.cpu_seconds / 60:.1f} min | "
+                     f"{rate:,.0f} | {r.cov} | {r.ft} | {r.corpus} | {len(r.findings)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", nargs="+", default=TARGETS, choices=TARGETS)
-    parser.add_argument("--minutes", type=float, default=30.0, help="per target")
+    parser.add_argument("--minutes", type=float, help="per target (default 30, or up to --until)")
     parser.add_argument("--runs", type=int, default=10_000_000, help="executions per target")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tokchat-fuzz-campaign"))
     parser.add_argument("--max-findings", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=1, help="targets fuzzed at once")
+    parser.add_argument("--until", metavar="HH:MM", help="stop every target at this machine time")
     parser.add_argument("--agreement-only", action="store_true",
                         help="only replay the corpora of an earlier campaign and count C/Python agreement")
     args = parser.parse_args(argv)
@@ -124,19 +166,35 @@ def main(argv: list[str] | None = None) -> int:
             worst = worst or len(bad)
         return 1 if worst else 0
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    print(f"fuzz campaign on {cpu}: {args.minutes:g} min or {args.runs:,} runs per target; work {args.work}")
-    results = []
-    for target in args.targets:
-        log_path = args.work / f"{target}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "w") as log:
-            res = run_target(target, args.work, args.minutes * 60, args.runs, args.max_findings, log)
-        results.append(res)
-        rate = res.execs / res.seconds if res.seconds else 0.0
-        print(f"{target:15} {res.execs:>10,} execs {res.seconds:7.0f} s {rate:8.0f}/s  cov {res.cov:5} ft {res.ft:6}"
-              f"  corpus {res.corpus:5}  findings {len(res.findings)}", flush=True)
+    seconds = 30 * 60.0 if args.minutes is None and not args.until else float("inf")
+    if args.minutes is not None:
+        seconds = args.minutes * 60
+    if args.until:
+        seconds = min(seconds, seconds_until(args.until))
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    header = (f"fuzz campaign on {cpu} ({os.cpu_count()} CPUs, nice {os.nice(0)}), started {started}: "
+              f"{seconds / 60:.0f} min or {args.runs:,} runs per target, {args.jobs} at once; work {args.work}")
+    print(header, flush=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    def one(target: str) -> Result:
+        with open(args.work / f"{target}.log", "w") as log:
+            res = run_target(target, args.work, seconds, args.runs, args.max_findings, log)
+        rate = res.execs / res.cpu_seconds if res.cpu_seconds else 0.0
+        print(f"{target:15} {res.execs:>11,} execs {res.seconds:7.0f} s wall {res.cpu_seconds:7.0f} s CPU "
+              f"{rate:8.0f}/CPU s  cov {res.cov:5} ft {res.ft:6}  corpus {res.corpus:5}  findings "
+              f"{len(res.findings)}", flush=True)
         for f in res.findings:
             print(f"    finding: {f}", flush=True)
+        return res
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(one, args.targets))
+    load = open("/proc/loadavg").read().split()[:3]
+    text = table(results, f"{header}\nload average at the end: {' '.join(load)}")
+    print(text, flush=True)
+    (args.work / "results.md").write_text(text + "\n")
+    (args.work / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 1 if any(r.findings for r in results) else 0
 
 
