@@ -54,16 +54,27 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
         return session, ([notice] if notice else []) + backend.info.notes
     path = resolve_model(options.model)
     header = take_header(path, options)
-    tokenizer = load_chat_tokenizer(path, header)
-    template, notice = resolve_template(options.template, tokenizer, options.template_file)
-    notices = [notice] if notice else []
     opened = backend is None
+    pending = None
     if backend is None:
-        from backends import BackendError, LoadOptions, open_backend
+        from backends import LoadOptions, start_backend
+
+        # the engine loads in its own process while this one reads the tokenizer and the template
+        pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header))
+    try:
+        tokenizer = load_chat_tokenizer(path, header)
+        template, notice = resolve_template(options.template, tokenizer, options.template_file)
+    except BaseException:
+        if pending is not None:
+            pending.discard()
+        raise
+    notices = [notice] if notice else []
+    if pending is not None:
+        from backends import BackendError
 
         try:
-            backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                                     n_threads=options.threads, n_ctx=options.ctx, model_meta=header))
+            backend = pending.result()
         except BackendError as exc:
             from backends.model_meta import explain_load_failure
 
@@ -71,6 +82,9 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
             if better is None:
                 raise
             raise BackendError(f"{better} (the engine said: {exc})") from exc
+        except BaseException:  # Ctrl-C while the engine loads: the engine goes with it
+            pending.discard()
+            raise
         notices.extend(backend.info.notes)
     try:
         session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,

@@ -83,3 +83,60 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
         backend.info.notes = notes + backend.info.notes
         return backend
     raise BackendError(" ; ".join(notes) or "no backend could load the model")
+
+
+class PendingBackend:
+    """:func:`open_backend` started on a thread, so the caller does its own work while the engine loads.
+
+    The engine loads in its own process; the thread only spawns it, sends
+    the request and waits, so it hardly competes for this interpreter.  A
+    chat starts this first and reads its tokenizer and template meanwhile:
+    start-up then costs the longer of the two, not their sum.
+    """
+
+    def __init__(self, model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> None:
+        import threading
+
+        self._backend: Backend | None = None
+        self._error: BaseException | None = None
+        self._discarded = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._open, args=(model_path, options, probe),
+                                        name="tokchat-backend-load", daemon=True)
+        self._thread.start()
+
+    def _open(self, model_path: Path | str, options: LoadOptions, probe: SystemProbe | None) -> None:
+        try:
+            backend = open_backend(model_path, options, probe)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+            return
+        with self._lock:
+            self._backend = backend
+            discarded = self._discarded
+        if discarded:
+            backend.close()
+
+    def result(self) -> Backend:
+        """The loaded backend, or the error loading raised (raised here, in the caller's thread)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._backend is not None
+        return self._backend
+
+    def discard(self) -> None:
+        """The caller gave up (its tokenizer failed, Ctrl-C): close the backend now or when its load ends.
+
+        Does not wait for the load, so an interrupt is not held up by a large model.
+        """
+        with self._lock:
+            self._discarded = True
+            backend = self._backend
+        if backend is not None:
+            backend.close()
+
+
+def start_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> PendingBackend:
+    """:func:`open_backend` on a thread; ``.result()`` gives the backend (see :class:`PendingBackend`)."""
+    return PendingBackend(model_path, options, probe)

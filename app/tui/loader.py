@@ -1,7 +1,8 @@
 """Load what a chat needs (tokenizer, template, backend, session) off the event loop.
 
 :func:`load_chat` is the real path: ``--model`` (or the bundled model) ->
-our tokenizer -> the chat template -> ``backends.open_backend`` -> a
+``backends.start_backend`` (the engine loads in its own process) while this
+one reads our tokenizer and the chat template -> a
 :class:`app.session.ChatSession`.  It reports each step through
 ``progress`` so the window can show what is happening while the weights
 load.  :func:`scripted_loader` builds the same chain on a
@@ -67,7 +68,7 @@ def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     """The real chain; raises the packages' own errors, which the app shows on screen."""
     from app.model_header import take_header
     from app.model_resolution import resolve_model
-    from backends import LoadOptions, open_backend
+    from backends import LoadOptions, start_backend
 
     if options.server is not None:
         from app.remote_chat import open_remote
@@ -78,11 +79,17 @@ def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
     path = Path(resolve_model(options.model))
     header = take_header(path, options)
-    tokenizer, template, notice = _tokenizer_and_template(path, options, progress, header)
-    progress(f"loading {path.name} ({human_size(path.stat().st_size)}) with backend "
-             f"{options.backend}{' ' + options.device if options.device else ''}")
-    backend = open_backend(path, LoadOptions(backend=options.backend, device=options.device, n_threads=options.threads,
-                                             n_ctx=options.ctx, model_meta=header))
+    # the engine loads in its own process while this one reads the tokenizer and the template
+    pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                              n_threads=options.threads, n_ctx=options.ctx, model_meta=header))
+    try:
+        tokenizer, template, notice = _tokenizer_and_template(path, options, progress, header)
+        progress(f"loading {path.name} ({human_size(path.stat().st_size)}) with backend "
+                 f"{options.backend}{' ' + options.device if options.device else ''}")
+        backend = pending.result()
+    except BaseException:
+        pending.discard()
+        raise
     context_size = backend.info.context_size
     session = _session(tokenizer, template, backend, options, context_size)
     return LoadedChat(session, tokenizer, template, backend, path, context_size, notice)
