@@ -21,6 +21,11 @@ machine run it under ``nice -n 19`` so it only takes idle CPU: the fuzzers
 inherit the niceness, and their CPU time (not the wall time) says how much
 fuzzing each target really got.
 
+The fuzzers load a private build of the C accelerator (``--work/accel``,
+built from the sources at start, passed as ``TOKCHAT_ACCEL_DIR``), so an
+in-place rebuild of the shared extension during the campaign cannot pull
+the library from under them.
+
 Prints, per target: executions, wall seconds, CPU seconds of the fuzzer
 processes themselves (``wait4``'s rusage), executions per CPU second,
 libFuzzer's final ``cov:`` (covered Python branches/edges of
@@ -63,7 +68,8 @@ class Result:
     findings: list[str] = field(default_factory=list)
 
 
-def run_target(target: str, work: Path, seconds: float, runs: int, max_findings: int, log) -> Result:
+def run_target(target: str, work: Path, seconds: float, runs: int, max_findings: int, log,
+               env: dict[str, str] | None = None) -> Result:
     res = Result(target)
     corpus, findings = work / target / "corpus", work / target / "findings"
     corpus.mkdir(parents=True, exist_ok=True)
@@ -78,7 +84,7 @@ def run_target(target: str, work: Path, seconds: float, runs: int, max_findings:
                f"-max_total_time={left_s}", f"-runs={left_runs}", f"-artifact_prefix={artifacts}/",
                "-timeout=30", "-rss_limit_mb=6144", "-print_final_stats=1"]
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         last_execs = 0
         for line in proc.stdout:
@@ -176,10 +182,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{seconds / 60:.0f} min or {args.runs:,} runs per target, {args.jobs} at once; work {args.work}")
     print(header, flush=True)
     args.work.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(FUZZ))
+    from build_accel import build
+
+    env = {**os.environ, "TOKCHAT_ACCEL_DIR": str(build(args.work.resolve() / "accel"))}
+    env.pop("TOKCHAT_NO_ACCEL", None)
 
     def one(target: str) -> Result:
         with open(args.work / f"{target}.log", "w") as log:
-            res = run_target(target, args.work, seconds, args.runs, args.max_findings, log)
+            res = run_target(target, args.work, seconds, args.runs, args.max_findings, log, env)
         rate = res.execs / res.cpu_seconds if res.cpu_seconds else 0.0
         print(f"{target:15} {res.execs:>11,} execs {res.seconds:7.0f} s wall {res.cpu_seconds:7.0f} s CPU "
               f"{rate:8.0f}/CPU s  cov {res.cov:5} ft {res.ft:6}  corpus {res.corpus:5}  findings "

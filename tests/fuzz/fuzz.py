@@ -13,9 +13,15 @@ reached through the Python code that drives them and checked by the
 differential assertions and by ``run_sanitized.py``.  A crash, an unexpected exception or a C/Python divergence
 stops the run with libFuzzer's ``crash-<sha1>`` file (``-artifact_prefix``
 says where).
+
+``TOKCHAT_ACCEL_DIR=<folder>`` loads ``_accel*.so`` from that folder (a
+private copy, ``build_accel.py --out``) instead of the source tree's: a long
+campaign then survives an in-place rebuild of the shared extension (an
+editable reinstall rewrites the very file the fuzzer has mapped).
 """
 from __future__ import annotations
 
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -38,6 +44,9 @@ def main() -> None:
     with atheris.instrument_imports(include=["tokenizer"]):
         import tokenizer
 
+        accel_dir = os.environ.get("TOKCHAT_ACCEL_DIR")
+        if accel_dir:
+            tokenizer.__path__.insert(0, accel_dir)  # before anything imports tokenizer._accel
         for mod in pkgutil.iter_modules(tokenizer.__path__):
             if mod.name not in _SKIP and not mod.name.startswith("_"):
                 __import__(f"tokenizer.{mod.name}")
@@ -45,6 +54,11 @@ def main() -> None:
 
     if target not in targets.TARGETS:
         raise SystemExit(f"unknown target {target!r}; targets: {', '.join(targets.TARGETS)}")
+    if accel_dir:
+        from tokenizer import _accel
+
+        if not _accel.__file__.startswith(accel_dir):
+            raise SystemExit(f"TOKCHAT_ACCEL_DIR={accel_dir} holds no _accel*.so ({_accel.__file__} loaded)")
     atheris.Setup([sys.argv[0], *fuzzer_args], targets.TARGETS[target])
     if target in ("encode", "stream"):
         targets.real_tokenizers()  # loaded once, before the clock of the first input starts
