@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, resolve_seed,
+    BackendError, BackendInfo, LoadOptions, PromptProgress, SamplingParams, checked_prompt, resolve_seed,
 )
 from backends.remote_protocol import Adapter, Request, ServerCounts, ServerInfo, error_message
 
@@ -196,6 +196,10 @@ class _Stream:
                         raise BackendError(f"the server at {backend.settings.url} failed mid-reply: "
                                            f"{error_message(event)}")
                     ids = self.parser.feed(event)
+                    progress = getattr(self.parser, "progress", None)
+                    if progress is not None:
+                        done, total, seconds = progress
+                        backend.prompt_progress = PromptProgress(done, total, time.monotonic() - seconds)
                     self.events.put(("ids", ids, self.parser.counts.completion_tokens))
                     # read on after the finish event: vLLM's last chunk carries the usage
         except BackendError as exc:
@@ -255,6 +259,8 @@ class RemoteBackend:
         self.info = BackendInfo(backend="remote", device=adapter.kind, model_name="", quantization="",
                                 context_size=0)
         self.last_prompt_evaluated = 0
+        #: the server's own prompt progress while it evaluates the prompt (llama-server's ``return_progress``)
+        self.prompt_progress: PromptProgress | None = None
         #: the server's own numbers for the last turn
         self.last_counts = ServerCounts()
         #: False when the last turn's ids and the server's count disagree (see the module docstring)
@@ -327,6 +333,7 @@ class RemoteBackend:
         parser = self.adapter.parser(prompt)
         stream = _Stream(self, self.adapter.completion(prompt, sampling, stops, seed), parser)
         self._stream = stream
+        self.prompt_progress = None
         self.last_counts = parser.counts
         self.last_turn_verified, self.last_turn_note = True, ""
         received: list[int] = []

@@ -13,6 +13,9 @@ the partial and final results: ``tokens``, ``tokens_predicted``, ``tokens_evalua
   evaluated (``timings_per_token`` puts both in the first event already).
 * Every sampling field is sent, the ones tokchat does not expose set to "off": the
   server's defaults differ from ours (temperature 0.8, DRY/XTC/mirostat settings).
+* ``return_progress``: while the prompt is evaluated the stream carries ``prompt_progress``
+  (``total``, ``cache``, ``processed``, ``time_ms``), the server's own count, which the TUI
+  shows as it shows the local engine's.
 * There is no stop-on-id field; llama-server stops on the vocabulary's end-of-generation
   ids by itself, :mod:`backends.remote` checks our other stop ids and closes the stream.
 
@@ -117,9 +120,18 @@ class LlamaCppStream:
         self.position = 0  # the server's count of generated ids up to the last id it sent
         self._held_back = held_back
         self._done = False
+        #: the server's latest prompt progress: (evaluated, to evaluate, seconds since it began), cache excluded
+        self.progress: tuple[int, int, float] | None = None
 
     def feed(self, event: dict[str, Any]) -> list[int]:
         counts = self.counts
+        progress = event.get("prompt_progress")
+        if isinstance(progress, dict) and "total" in progress:
+            # llama-server's own report: processed/total include the reused cache, the timed part excludes it
+            cache = int(progress.get("cache", 0))
+            self.progress = (int(progress.get("processed", 0)) - cache, int(progress["total"]) - cache,
+                             float(progress.get("time_ms", 0.0)) / 1000.0)
+            return []  # a progress event's ``tokens`` is a placeholder ([0]), not a generated id
         if "tokens_evaluated" in event:
             counts.prompt_tokens = int(event["tokens_evaluated"])
         timings = event.get("timings") or {}
@@ -183,6 +195,7 @@ class LlamaCppAdapter:
             "cache_prompt": True,
             "id_slot": self.slot,
             "timings_per_token": True,
+            "return_progress": True,  # prompt_progress events while a long prompt is evaluated
             **sampling_fields(sampling, seed),
         }
         return Request("POST", "/completion", body)
@@ -190,7 +203,7 @@ class LlamaCppAdapter:
     def recovery(self, prompt: Sequence[int], sampling: SamplingParams, seed: int, n: int) -> Request:
         """The same turn again without streaming, ``n`` ids long: its ``tokens`` are all the ids."""
         body = dict(self.completion(prompt, sampling, (), seed).body or {})
-        body.update(stream=False, n_predict=n, timings_per_token=False, return_tokens=True)
+        body.update(stream=False, n_predict=n, timings_per_token=False, return_tokens=True, return_progress=False)
         return Request("POST", "/completion", body)
 
     @staticmethod

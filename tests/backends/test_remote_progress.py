@@ -1,0 +1,67 @@
+"""Through ``--server``, a long prompt's progress is llama-server's own report (``return_progress``).
+
+A real ``llama-server`` (built by tests/assets.py from the pinned sources) evaluates a
+1,500-id prompt in batches of 512; every ``prompt_progress`` event it sends is recorded
+from the stream, and the backend's ``prompt_progress`` (what the TUI shows) must be the
+server's numbers, the reused cache left out, ending at the whole prompt.
+"""
+from __future__ import annotations
+
+import pytest
+from remote_servers import LlamaServer
+
+from backends.base import SamplingParams
+from backends.remote import RemoteSettings
+from backends.remote_connect import connect
+from backends.remote_llamacpp import LlamaCppStream
+
+pytestmark = pytest.mark.slow
+
+
+class RecordingStream(LlamaCppStream):
+    """The real parser, keeping every progress report and what the backend showed after it."""
+
+    seen: list[tuple[int, int, float]] = []
+
+    def feed(self, event):
+        ids = super().feed(event)
+        if "prompt_progress" in event:
+            RecordingStream.seen.append(self.progress)
+        return ids
+
+
+def test_a_long_prompt_reports_the_servers_own_progress(smollm_path, tmp_path):
+    from tokenizer import load_tokenizer
+
+    server = LlamaServer(smollm_path, tmp_path, ctx=2048).start()
+    try:
+        tokenizer = load_tokenizer(smollm_path)
+        backend = connect(RemoteSettings(url=server.url), tokenizer, str(smollm_path))
+        backend.adapter.parser = lambda prompt: RecordingStream(backend.adapter.held_back)
+        RecordingStream.seen = []
+        prompt = tokenizer.encode("The tide was high at dawn and the boats went out. " * 200)[:1500]
+        assert len(prompt) == 1500
+        greedy = SamplingParams(temperature=0, max_tokens=2)
+        ids = list(backend.generate(prompt, greedy, set()))
+        # progress events carry a placeholder id ([0]) that is not part of the reply: the oracle is the
+        # server's own non-streamed answer
+        oracle = backend.adapter.recovered_ids(
+            backend.request_json(backend.adapter.recovery(prompt, greedy, 0, 2), generation=True))
+        assert ids == oracle and len(ids) == 2
+        seen = RecordingStream.seen
+        assert len(seen) >= 3, f"expected a report per 512-id batch, got {seen}"
+        assert all(total == 1500 for _, total, _ in seen)  # a fresh slot: nothing cached
+        done = [d for d, _, _ in seen]
+        assert done == sorted(done) and done[0] < 1500 and done[-1] == 1500
+        assert backend.prompt_progress is not None
+        assert (backend.prompt_progress.done, backend.prompt_progress.total) == (1500, 1500)
+
+        # the same prompt again with one more sentence: the cached part is left out of the count
+        RecordingStream.seen = []
+        longer = prompt + tokenizer.encode(" And then the sun rose.")
+        list(backend.generate(longer, greedy, set()))
+        new = len(longer) - backend.last_counts.cached_tokens
+        assert backend.last_counts.cached_tokens >= 1400
+        assert RecordingStream.seen and RecordingStream.seen[-1][:2] == (new, new)
+    finally:
+        server.stop()
