@@ -73,6 +73,16 @@ class TurnStats:
     model: str = ""
     template: str = ""
     sampling: dict | None = None
+    #: ids of the reply's start the user wrote (/reply): counted in prompt_tokens, not completion_tokens
+    opening_tokens: int = 0
+    #: ids the engine held from the last turn that this prompt does not start with, so they were
+    #: dropped from its cache (a template that leaves earlier reasoning out: Qwen3, DeepSeek R1)
+    cache_cut_tokens: int = 0
+    #: tokchat closed the think block itself after the reasoning budget (--reasoning-budget)
+    reasoning_cut: bool = False
+    #: a continued reply (/continue): each part's own stats as a dict, first to last; the counts above
+    #: are their sums (prompt_tokens and ttft_s are the first part's, the rest the last part's)
+    parts: list | None = None
 
 
 @dataclass
@@ -97,6 +107,10 @@ class ChatMessage:
     name: str | None = None
     #: the message's row in the history database, once stored (how a branch switch is saved)
     store_id: int | None = field(default=None, compare=False, repr=False)
+    #: a reply's start written by the user (/reply); ``content`` begins with it
+    opening: str = ""
+    #: a reply's ids as generated (its opening's ids first): what /continue resumes from
+    reply_ids: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -130,6 +144,9 @@ class _Turn:
     decoder: Any = None
     think: ThinkFilter | None = None
     verified: bool = True  # every generation of this turn matched the backend's own count
+    prior_reasoning: int = 0  # reasoning ids of the reply's earlier part (a continued reply), for the budget
+    evaluated: int = 0  # prompt ids evaluated by earlier generations of this turn (after a budget cut)
+    reasoning_cut: bool = False
 
 
 class ChatSession:
@@ -149,6 +166,8 @@ class ChatSession:
         self.sampling = sampling if sampling is not None else SamplingParams()
         self.context_size = context_size
         self.enable_thinking = enable_thinking
+        #: reasoning ids after which tokchat closes the think block itself (None: no limit)
+        self.reasoning_budget: int | None = None
         self.messages: list[ChatMessage] = []
         #: the siblings of regenerated replies and edited prompts, off the shown path (app.branches)
         self.branches = BranchTree()
@@ -162,6 +181,8 @@ class ChatSession:
         self._cancel = threading.Event()
         self._token_counts: dict[str, int] = {}  # content -> plain token count, to plan drops
         self._size_cache: tuple[Any, int] = (None, 0)  # tokens_before(): (key, size)
+        #: the reply the backend's cache ends with and the prompt before it (what /continue extends)
+        self._tail: tuple[ChatMessage, BuiltPrompt] | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -255,6 +276,174 @@ class ChatSession:
         if self.messages is before:
             self.branches.unfork(before, at)
 
+    def continue_refusal(self) -> str | None:
+        """Why the last reply cannot be continued (one line), or None."""
+        last = self.messages[-1] if self.messages else None
+        if last is None or last.role != "assistant":
+            return "nothing to continue: the conversation does not end with a reply"
+        if last.tool_calls:
+            return "the last reply called a tool: its result answers it, not /continue"
+        if last.finish_reason == "stop" and not (last.opening and last.content == last.opening):
+            return ("the last reply ended on its own (stop), so there is nothing to continue; /reply TEXT "
+                    "writes a start for a new reply and continues from it")
+        return None
+
+    def continue_reply(self) -> Iterator[ReplyEvent]:
+        """Generate more of the last reply (cut by ``max_tokens``, stopped, or written by the user).
+
+        The prompt is the reply's own prompt plus its ids as generated, so the
+        backend's cache holds all of it (only the last id is evaluated again)
+        and, greedy, a reply continued from N ids is the reply generated in one
+        go.  The new text joins the same message; its stats keep each part.
+        """
+        why = self.continue_refusal()
+        if why is not None:
+            yield from self._refused(why)
+            return
+        reply = self.messages[-1]
+        head, prior = self._reply_context(len(self.messages) - 1)
+        yield from self._extend(head, prior, reply, list(self.messages))
+
+    def reply_with(self, opening: str) -> Iterator[ReplyEvent]:
+        """Answer the last user message with a reply that starts with ``opening`` (the user's words);
+        the model continues from it.  An earlier reply to it stays as a sibling (``branches``).
+
+        The opening's ids are appended to the prompt as they encode on their own (no
+        re-tokenization across the generation prompt); they count as prompt, not completion.
+        """
+        if not opening:
+            yield from self._refused("/reply needs the start of the reply: /reply TEXT")
+            return
+        before = list(self.messages)
+        while self.messages and self.messages[-1].role in _REPLY_ROLES:
+            self.messages.pop()
+        if not self.messages or self.messages[-1].role != "user":
+            self.messages = before
+            yield from self._refused("nothing to reply to: the conversation has no user message yet")
+            return
+        at = len(self.messages)
+        if at < len(before):
+            self.branches.fork(before, at)
+        try:
+            head, _ = self._fit([])
+        except TemplateError as exc:
+            head = None
+            why = str(exc)
+        else:
+            why = "no room in the context for a reply"
+        if head is None:
+            if at < len(before):
+                self.branches.unfork(before, at)
+            self.messages = before
+            yield from self._refused(why)
+            return
+        opening_ids = self.tokenizer.encode(opening)
+        yield from self._extend(head, opening_ids, None, before, opening=opening)
+        if self.messages is before and at < len(before):
+            self.branches.unfork(before, at)
+
+    def fork_at(self, index: int) -> list[ChatMessage]:
+        """Keep ``messages[:index + 1]`` (a new conversation from that message on) and return them.
+
+        The backend's cache is kept: when the kept path ends with a reply whose
+        prompt and ids are known, the builder is primed with them, so the next
+        turn evaluates only what is new.  Forking at a user message keeps the
+        messages before it (its text is the caller's to put back in the box).
+        """
+        if not 0 <= index < len(self.messages):
+            raise IndexError(f"no message {index + 1}: the conversation has {len(self.messages)}")
+        keep = index + (0 if self.messages[index].role == "user" else 1)
+        self.messages = self.messages[:keep]
+        self.branches.clear()
+        last = self.messages[-1] if self.messages else None
+        record = last.record if last is not None and last.role == "assistant" else None
+        if record is not None:
+            self._builder.remember(record.prompt, record.reply_ids)
+            self._window = min(len(record.dropped), len(self.messages))
+            self.last_record, self.last_prompt = record, record.prompt
+            self._tail = (last, record.prompt) if last.reply_ids == tuple(record.reply_ids) else None
+        else:
+            self._builder.forget()
+            self._window = 0
+            self._tail = None
+        return list(self.messages)
+
+    def _refused(self, why: str) -> Iterator[ReplyEvent]:
+        yield ReplyEvent("error", why)
+        yield ReplyEvent("done", stats=self._stats(_Turn(started=time.monotonic()), None, "error"))
+
+    def _reply_context(self, index: int) -> tuple[BuiltPrompt, list[int]]:
+        """The prompt before ``messages[index]`` (a reply) and the reply's ids: as generated when the
+        backend's cache ends with it or its ids were stored by this model, else its text encoded."""
+        reply = self.messages[index]
+        if self._tail is not None and self._tail[0] is reply and reply.reply_ids is not None:
+            return self._tail[1], list(reply.reply_ids)
+        messages = [*self._system_messages(), *self.messages[min(self._window, index):index]]
+        head = self._builder.build([_template_message(m) for m in messages], self.enable_thinking, self.tools)
+        if reply.reply_ids is not None and reply.stats is not None and reply.stats.model == self.backend.info.model_name:
+            return head, list(reply.reply_ids)
+        text = reply.content
+        if reply.reasoning:  # the think block as the model writes it, opened by the prompt or by the reply
+            opened = head.text.rstrip().endswith("<think>")
+            text = f"{'' if opened else '<think>'}\n{reply.reasoning}\n</think>\n\n{reply.content}"
+        return head, self.tokenizer.encode(text)
+
+    def _extend(self, head: BuiltPrompt, prior_ids: list[int], prior: ChatMessage | None,
+                before: list[ChatMessage], opening: str = "") -> Iterator[ReplyEvent]:
+        """Generate a reply after ``head`` that already holds ``prior_ids`` (a reply to continue, or the
+        user's opening); ``prior`` is the message the new text joins (None: a new reply)."""
+        turn = _Turn(started=time.monotonic())
+        self._cancel.clear()
+        ids = list(head.ids) + list(prior_ids)
+        if self.context_size - len(ids) < 1:
+            self.messages = before
+            yield from self._refused(f"the context is full ({len(ids)} of {self.context_size} tokens): "
+                                     "nothing can be added to this reply; raise --ctx")
+            return
+        turn.decoder = self.tokenizer.stream_decoder()
+        turn.think = ThinkFilter.for_prompt(head.text)
+        primed = "".join(turn.decoder.feed(t) for t in prior_ids)
+        events = turn.think.feed(primed)
+        if prior is None:  # the opening is this reply's first text (not yielded: the caller shows it)
+            for event in events:
+                (turn.reasoning if event.kind == "reasoning" else turn.content).append(event.text)
+        else:
+            turn.prior_reasoning = prior.stats.reasoning_tokens if prior.stats else 0
+        cut = self._cache_cut(head) if prior is None else 0
+        rendered = replace(head.rendered, text=head.text + self.tokenizer.decode(prior_ids))
+        prompt = BuiltPrompt(rendered, ids, head.reused)
+        self.last_prompt = prompt
+        shown_opening = "".join(turn.content) if prior is None else ""
+
+        def commit() -> TurnStats:
+            stats = self._stats(turn, prompt, turn.finish)
+            stats.cache_cut_tokens = cut
+            all_ids = tuple(prior_ids) + tuple(turn.reply_ids)
+            if prior is None:
+                stats.opening_tokens = len(prior_ids)
+                message = ChatMessage("assistant", "".join(turn.content), "".join(turn.reasoning), stats,
+                                      turn.finish, opening=shown_opening or opening, reply_ids=all_ids)
+                self.messages.append(message)
+            else:
+                message = prior
+                stats = merge_stats(prior.stats, stats) if prior.stats is not None else stats
+                message.content += "".join(turn.content)
+                message.reasoning += "".join(turn.reasoning)
+                message.stats, message.finish_reason, message.reply_ids = stats, turn.finish, all_ids
+            message.record = self.last_record = self._record_for(head, message, all_ids)
+            self._forget_old_records()
+            self._builder.remember(head, all_ids)
+            self._tail = (message, head)
+            return stats
+
+        yield from self._stream(prompt, turn, commit)
+
+    def _record_for(self, head: BuiltPrompt, reply: ChatMessage, reply_ids: Sequence[int]) -> PromptRecord:
+        """The record of a reply generated after ``head``: the messages before it, and all its ids."""
+        at = next(i for i, m in enumerate(self.messages) if m is reply)
+        return PromptRecord(head, tuple(self._system_messages() + self.messages[self._window:at]),
+                            tuple(self.messages[: self._window]), tuple(reply_ids), self.context_size)
+
     def switch_branch(self, at: int, index: int) -> None:
         """Show sibling ``index`` (0-based) of the fork at path position ``at``; the chat goes on from it.
 
@@ -269,9 +458,11 @@ class ChatSession:
             self._builder.remember(record.prompt, record.reply_ids)
             self._window = len(record.dropped)
             self.last_record, self.last_prompt = record, record.prompt
+            self._tail = (last, record.prompt) if last.reply_ids == tuple(record.reply_ids) else None
         else:  # a branch loaded from the history, or one that ends in a user message
             self._builder.forget()
             self._window = 0
+            self._tail = None
 
     def cancel(self) -> None:
         """Stop the reply being generated (any thread); the partial reply is kept as cancelled."""
@@ -284,6 +475,7 @@ class ChatSession:
         self.branches.clear()
         self._window = 0
         self._builder.forget()
+        self._tail = None
 
     @property
     def system_text(self) -> str:
@@ -301,6 +493,7 @@ class ChatSession:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
         self.system_prompt = text
         self._builder.forget()  # what the backend holds no longer starts the next prompt
+        self._tail = None
 
     def load_messages(self, messages: Sequence[ChatMessage], branches: BranchTree | None = None) -> None:
         """Continue a stored conversation (``branches``: its other branches, positions in ``messages``);
@@ -315,6 +508,7 @@ class ChatSession:
             message.record = None
         self._window = 0
         self._builder.forget()
+        self._tail = None
 
     # -- one turn ---------------------------------------------------------------------------
 
@@ -334,12 +528,25 @@ class ChatSession:
             return
         if notice:
             yield ReplyEvent("notice", notice)
+        cut = self._cache_cut(prompt)
         self.messages.extend(new)
         self.last_prompt = prompt
-        room = self.context_size - len(prompt.ids)
-        sampling = replace(self.sampling, max_tokens=max(1, min(self.sampling.max_tokens, room)))
         turn.decoder = self.tokenizer.stream_decoder()
         turn.think = ThinkFilter.for_prompt(prompt.text)
+        yield from self._stream(prompt, turn, lambda: self._commit(prompt, turn, cache_cut=cut))
+
+    def _cache_cut(self, prompt: BuiltPrompt) -> int:
+        """Ids of what the backend holds that ``prompt`` does not start with (its cache loses them)."""
+        held = self._builder.held_ids
+        if prompt.reused or not held:
+            return 0
+        return len(held) - _common_prefix(held, prompt.ids)
+
+    def _stream(self, prompt: BuiltPrompt, turn: _Turn, commit: Any) -> Iterator[ReplyEvent]:
+        """Generate after ``prompt.ids`` (the decoder and think filter of ``turn`` already set), then
+        ``commit()`` the reply whatever happens, and yield ``done`` with its stats."""
+        room = self.context_size - len(prompt.ids)
+        sampling = replace(self.sampling, max_tokens=max(1, min(self.sampling.max_tokens, room)))
         stream = self._generate(prompt, sampling, turn)
         error: str | None = None
         try:
@@ -354,41 +561,77 @@ class ChatSession:
             if not turn.ended and turn.finish != "error":
                 turn.finish = "cancelled"  # the caller stopped reading, or cancel() was called
             self._flush(turn)  # text still held back is kept even when it cannot be yielded now
-            stats = self._commit(prompt, turn)
+            stats = commit()
         if error is not None:
             yield ReplyEvent("error", error)
         yield ReplyEvent("done", stats=stats)
 
     def _generate(self, prompt: BuiltPrompt, sampling: SamplingParams, turn: _Turn) -> Iterator[ReplyEvent]:
-        """backend ids -> stream decoder -> think filter -> events, with accounting on the way."""
-        ids = self.backend.generate(prompt.ids, sampling, self.stop_ids)
-        try:
-            for token in ids:
-                now = time.monotonic()
-                turn.first_at = turn.first_at or now
-                turn.last_at = now
-                turn.reply_ids.append(token)
-                if token in self.stop_ids:
-                    turn.finish = "stop"
-                    break
-                before = turn.think.in_reasoning
-                events = turn.think.feed(turn.decoder.feed(token))
-                if before or turn.think.in_reasoning:
-                    turn.reasoning_tokens += 1
-                yield from self._emit(events, turn)
-                if self._cancel.is_set():
-                    break
-            else:
-                if not self._cancel.is_set():
-                    turn.finish = "length" if len(turn.reply_ids) >= sampling.max_tokens else "stop"
-        finally:
-            ids.close()
-            # a remote backend checks the ids it passed on against the server's count (backends.remote)
-            turn.verified = turn.verified and bool(getattr(self.backend, "last_turn_verified", True))
+        """backend ids -> stream decoder -> think filter -> events, with accounting on the way.
+
+        Reasoning budget: once the reply has ``reasoning_budget`` reasoning ids, the generation
+        stops, the model's end-of-thinking ids (:meth:`think_close_ids`) join the reply as if
+        generated, and a new generation goes on from there (the engine's cache holds all of it,
+        so only those ids are evaluated), as llama.cpp's server does."""
+        budget = self.reasoning_budget
+        if budget is not None and turn.think.in_reasoning and turn.prior_reasoning >= budget:
+            yield from self._close_think(turn)  # a budget of 0, or one spent before a /continue
+            budget = None
+        while True:
+            ids = self.backend.generate(list(prompt.ids) + turn.reply_ids,
+                                        replace(sampling, max_tokens=sampling.max_tokens - len(turn.reply_ids)),
+                                        self.stop_ids)
+            over_budget = False
+            try:
+                for token in ids:
+                    now = time.monotonic()
+                    turn.first_at = turn.first_at or now
+                    turn.last_at = now
+                    turn.reply_ids.append(token)
+                    if token in self.stop_ids:
+                        turn.finish = "stop"
+                        break
+                    before = turn.think.in_reasoning
+                    events = turn.think.feed(turn.decoder.feed(token))
+                    if before or turn.think.in_reasoning:
+                        turn.reasoning_tokens += 1
+                    yield from self._emit(events, turn)
+                    if self._cancel.is_set():
+                        break
+                    if (budget is not None and turn.think.in_reasoning
+                            and turn.reasoning_tokens + turn.prior_reasoning >= budget
+                            and len(turn.reply_ids) < sampling.max_tokens):
+                        over_budget = True
+                        break
+                else:
+                    if not self._cancel.is_set():
+                        turn.finish = "length" if len(turn.reply_ids) >= sampling.max_tokens else "stop"
+            finally:
+                ids.close()
+                # a remote backend checks the ids it passed on against the server's count (backends.remote)
+                turn.verified = turn.verified and bool(getattr(self.backend, "last_turn_verified", True))
+            if not over_budget:
+                break
+            turn.evaluated += getattr(self.backend, "last_prompt_evaluated", 0)
+            yield from self._close_think(turn)
+            budget = None  # one cut per reply
         if not turn.finish:
             return  # cancelled: the finally in _turn marks it and keeps the held-back text
         turn.ended = True
         yield from self._emit(self._flush(turn), turn, record=False)
+
+    def _close_think(self, turn: _Turn) -> Iterator[ReplyEvent]:
+        """Append the end-of-thinking ids to the reply as if generated (the reasoning budget is spent)."""
+        turn.reasoning_cut = True
+        for token in self.think_close_ids(turn.think.close_tag):
+            turn.reply_ids.append(token)
+            turn.reasoning_tokens += 1  # the closing tag counts as reasoning, as a generated one does
+            yield from self._emit(turn.think.feed(turn.decoder.feed(token)), turn)
+
+    def think_close_ids(self, close_tag: str = "</think>") -> list[int]:
+        """The ids that end a think block: ``\\n</think>\\n\\n`` as the model's own tokenizer encodes it
+        (``</think>`` is one id where the vocabulary has it), the way Qwen3 and R1 close theirs."""
+        return self.tokenizer.encode(f"\n{close_tag}\n\n", special=True)
 
     @staticmethod
     def _emit(events: list, turn: _Turn, record: bool = True) -> Iterator[ReplyEvent]:
@@ -409,13 +652,16 @@ class ChatSession:
             (turn.reasoning if event.kind == "reasoning" else turn.content).append(event.text)
         return events
 
-    def _commit(self, prompt: BuiltPrompt, turn: _Turn) -> TurnStats:
+    def _commit(self, prompt: BuiltPrompt, turn: _Turn, cache_cut: int = 0) -> TurnStats:
         stats = self._stats(turn, prompt, turn.finish)
+        stats.cache_cut_tokens = cache_cut
         self.last_record = self._record(prompt, turn.reply_ids)
-        self.messages.append(ChatMessage("assistant", "".join(turn.content), "".join(turn.reasoning),
-                                         stats, turn.finish, self.last_record))
+        message = ChatMessage("assistant", "".join(turn.content), "".join(turn.reasoning),
+                              stats, turn.finish, self.last_record, reply_ids=tuple(turn.reply_ids))
+        self.messages.append(message)
         self._forget_old_records()
         self._builder.remember(prompt, turn.reply_ids)
+        self._tail = (message, prompt)
         return stats
 
     def _forget_old_records(self) -> None:
@@ -435,7 +681,7 @@ class ChatSession:
         speed = 0.0
         if n_reply > 1 and turn.first_at is not None and turn.last_at and turn.last_at > turn.first_at:
             speed = (n_reply - 1) / (turn.last_at - turn.first_at)
-        evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) if n_reply else 0
+        evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) + turn.evaluated if n_reply else 0
         ttft = (turn.first_at - turn.started) if turn.first_at else 0.0
         return TurnStats(
             new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
@@ -445,7 +691,7 @@ class ChatSession:
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
             backend=info.backend, device=info.device,
             verified=turn.verified, model=info.model_name, template=self.template.name,
-            sampling=asdict(self.sampling),
+            sampling=asdict(self.sampling), reasoning_cut=turn.reasoning_cut,
         )
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
@@ -552,6 +798,36 @@ class ChatSession:
         return count
 
 
+def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
+    """The stats of a reply generated in parts (/continue): sums of the counts, each part kept.
+
+    ``prompt_tokens``, ``opening_tokens`` and ``ttft_s`` are the first part's (what the reply
+    answered); the speed is all generated ids over all generation time; the rest is the last part's.
+    """
+    parts = list(first.parts or [_part(first)]) + [_part(second)]
+
+    def gen_time(p: dict) -> float:
+        return (p["completion_tokens"] - 1) / p["tokens_per_s"] if p["tokens_per_s"] > 0 else 0.0
+
+    spent = sum(gen_time(p) for p in parts)
+    steps = sum(max(p["completion_tokens"] - 1, 0) for p in parts if p["tokens_per_s"] > 0)
+    return replace(
+        second, prompt_tokens=first.prompt_tokens, opening_tokens=first.opening_tokens, ttft_s=first.ttft_s,
+        new_prompt_tokens=sum(p["new_prompt_tokens"] for p in parts),
+        completion_tokens=sum(p["completion_tokens"] for p in parts),
+        reasoning_tokens=sum(p["reasoning_tokens"] for p in parts),
+        tool_call_tokens=sum(p["tool_call_tokens"] for p in parts),
+        tokens_per_s=steps / spent if spent > 0 else 0.0,
+        reasoning_cut=any(p["reasoning_cut"] for p in parts), verified=all(p["verified"] for p in parts),
+        parts=parts)
+
+
+def _part(stats: TurnStats) -> dict:
+    part = asdict(stats)
+    part.pop("parts", None)
+    return part
+
+
 #: roles that belong to a reply (what regenerate and edit take away)
 _REPLY_ROLES = ("assistant", "tool")
 
@@ -564,6 +840,15 @@ def _template_message(message: ChatMessage) -> dict[str, Any]:
         if value:
             out[key] = value
     return out
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _marker_ids(tokenizer: Any) -> frozenset[int]:

@@ -103,6 +103,11 @@ class PromptBuilder:
         self._bases = []
 
     @property
+    def held_ids(self) -> tuple[int, ...]:
+        """The ids the backend holds after the last turn (prompt and reply; empty before the first)."""
+        return self._bases[0].ids if self._bases else ()
+
+    @property
     def cached_tokens(self) -> int:
         """Ids the backend holds after the last turn (0 before the first)."""
         return len(self._bases[0].ids) if self._bases else 0
