@@ -64,6 +64,8 @@ SCHEMA: dict[str, Setting] = {
     "model.device": Setting("string", ("", "CPU", "GPU", "NPU")),
     "model.context_size": _I,
     "model.threads": _I,
+    "model.speculative": Setting("string", ("auto", "off", "ngram", "draft")),
+    "model.draft_model": _S,
     "chat.template": Setting("string", ("auto", "model", "chatml", "llama3", "gemma")),
     "chat.template_file": _S,
     "chat.system_prompt": _S,
@@ -108,7 +110,8 @@ _TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (st
 #: CLI flag (argparse dest) -> setting; a flag left out is None and does not count
 FLAG_SETTINGS: dict[str, str] = {
     "model": "model.default", "backend": "model.backend", "device": "model.device",
-    "ctx": "model.context_size", "threads": "model.threads", "template": "chat.template", "template_file": "chat.template_file",
+    "ctx": "model.context_size", "threads": "model.threads",
+    "speculative": "model.speculative", "draft_model": "model.draft_model", "template": "chat.template", "template_file": "chat.template_file",
     "system": "chat.system_prompt", "think": "chat.thinking", "show_thinking": "chat.show_thinking",
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
     "top_k": "sampling.top_k", "min_p": "sampling.min_p", "repeat_penalty": "sampling.repeat_penalty",
@@ -311,6 +314,8 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         sampling=sampling,
         ctx=ctx,
         threads=v["model.threads"] or None,
+        speculative=v["model.speculative"],
+        draft_model=Path(v["model.draft_model"]).expanduser() if v["model.draft_model"] else None,
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
         show_thinking=v["chat.show_thinking"],
         stats=v["chat.stats"],

@@ -61,7 +61,8 @@ def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, l
 
         # the engine loads in its own process while this one reads the tokenizer and the template
         pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header))
+                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
+                                                  speculative=options.speculative, draft_model=options.draft_model))
     try:
         tokenizer = load_chat_tokenizer(path, header)
         template, notice = resolve_template(options.template, tokenizer, options.template_file)

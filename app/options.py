@@ -34,6 +34,10 @@ class ChatOptions:
     ctx: int | None = None
     #: llama.cpp's generation threads; None: llama.cpp's own default (its physical cores)
     threads: int | None = None
+    #: speculative decoding in the local engine: auto | off | ngram | draft (backends.speculative)
+    speculative: str = "auto"
+    #: the draft model for ``speculative = "draft"`` (a GGUF sharing the main model's vocabulary)
+    draft_model: Path | None = None
     #: enable_thinking for templates that support it; None: the template's default
     think: bool | None = None
     show_thinking: bool = False

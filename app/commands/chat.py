@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ctx", type=int, help="context size in tokens")
     add("--threads", "-t", type=int, help="llama.cpp threads (default: llama.cpp's own, the physical cores; "
         "llama.cpp -t, Ollama num_thread)")
+    add("--speculative", choices=("auto", "off", "ngram", "draft"),
+        help="speculative decoding in the local engine: auto (draft from the conversation's own ids, off in a "
+        "reply where drafts keep failing), off, ngram (always), draft (a --draft-model); greedy replies are "
+        "unchanged id for id (llama-server --spec-type)")
+    add("--draft-model", metavar="PATH.gguf", help="a small model that drafts for --speculative draft; it must "
+        "share the model's vocabulary (llama-server --model-draft)")
     think = parser.add_mutually_exclusive_group()
     think.add_argument("--think", dest="think", action="store_true", default=None,
                        help="enable thinking where the template supports it")

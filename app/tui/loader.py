@@ -81,7 +81,8 @@ def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     header = take_header(path, options)
     # the engine loads in its own process while this one reads the tokenizer and the template
     pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                              n_threads=options.threads, n_ctx=options.ctx, model_meta=header))
+                                              n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
+                                              speculative=options.speculative, draft_model=options.draft_model))
     try:
         tokenizer, template, notice = _tokenizer_and_template(path, options, progress, header)
         progress(f"loading {path.name} ({human_size(path.stat().st_size)}) with backend "
