@@ -71,6 +71,7 @@ SCHEMA: dict[str, Setting] = {
     "chat.system_prompt": _S,
     "chat.thinking": Setting("string", ("auto", "on", "off")),
     "chat.show_thinking": _B,
+    "chat.reasoning_budget": Setting("integer", minimum=-1),
     "chat.stats": _B,
     "sampling.temperature": _N,
     "sampling.top_p": Setting("number", minimum=0, maximum=1),
@@ -85,6 +86,8 @@ SCHEMA: dict[str, Setting] = {
     "attach.max_bytes": Setting("integer", minimum=1),
     "attach.max_tokens": Setting("integer", minimum=1),
     "attach.max_files": Setting("integer", minimum=1),
+    "paste.chip_tokens": Setting("integer", minimum=1),
+    "paste.chip_lines": Setting("integer", minimum=1),
     "tools.enabled": _S,
     "tools.auto_approve": Setting("strings"),
     "tools.max_steps": Setting("integer", minimum=1),
@@ -119,13 +122,13 @@ FLAG_SETTINGS: dict[str, str] = {
     "tools": "tools.enabled",
     "theme": "ui.theme",
     "server": "server.url", "server_kind": "server.kind", "api_key": "server.api_key",
-    "trust_server_vocab": "server.trust_vocab",
+    "trust_server_vocab": "server.trust_vocab", "reasoning_budget": "chat.reasoning_budget",
 }
 
 
 #: sections whose table names are the user's own, checked by the module that reads them
 #: ([mcp.servers.NAME]: app.tools.settings)
-_OWN_TABLES = ("mcp",)
+_OWN_TABLES = ("mcp", "models")  # [models.NAME]: app.model_memory
 
 
 def _toml_type(value: Any) -> str:
@@ -318,6 +321,9 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         draft_model=Path(v["model.draft_model"]).expanduser() if v["model.draft_model"] else None,
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
         show_thinking=v["chat.show_thinking"],
+        reasoning_budget=None if v["chat.reasoning_budget"] < 0 else v["chat.reasoning_budget"],
+        paste_chip_tokens=v["paste.chip_tokens"], paste_chip_lines=v["paste.chip_lines"],
+        resume=getattr(args, "resume", None), continue_reply=bool(getattr(args, "continue_reply", False)),
         stats=v["chat.stats"],
         history=v["history.enabled"],
         theme=v["ui.theme"],

@@ -51,6 +51,8 @@ def to_dict(conv: Conversation) -> dict[str, Any]:
         **{name: getattr(info, name) for name in _INFO_FIELDS},
         "created": iso(info.created_at),
         "updated": iso(info.updated_at),
+        # a fork (/fork): the conversation and message it was cut from (absent otherwise)
+        **({"forked_from": info.forked_from, "forked_at": info.forked_at} if info.forked_from is not None else {}),
         "messages": [_message_dict(m) for m in conv.messages],
         # regenerated replies and edited prompts off the shown branch: the tree is kept by "id"/"parent"
         "branches": [_message_dict(m) for m in conv.branches],
@@ -59,7 +61,9 @@ def to_dict(conv: Conversation) -> dict[str, Any]:
 
 def _message_dict(m: StoredMessage) -> dict[str, Any]:
     return {"id": m.id, "parent": m.parent_id, **{name: getattr(m, name) for name in _MESSAGE_FIELDS},
-            "created": iso(m.created_at), "finished": iso(m.finished_at), **({"tool": m.tool} if m.tool else {})}
+            "created": iso(m.created_at), "finished": iso(m.finished_at), **({"tool": m.tool} if m.tool else {}),
+            **({"opening": m.opening} if m.opening else {}),
+            **({"reply_ids": m.reply_ids} if m.reply_ids is not None else {})}
 
 
 def finite(value: Any) -> Any:
@@ -103,7 +107,9 @@ def from_dict(data: Any, source: str = "import") -> Conversation:
         model_name=_need(data, "model_name", text, source), template=_need(data, "template", text, source),
         system_prompt=_need(data, "system_prompt", text, source), sampling=_need(data, "sampling", (dict,), source),
         settings=_need(data, "settings", (dict,), source), created_at=_need(data, "created_at", num, source),
-        updated_at=_need(data, "updated_at", num, source))
+        updated_at=_need(data, "updated_at", num, source),
+        forked_from=_need(data, "forked_from", (int, type(None)), source) if "forked_from" in data else None,
+        forked_at=_need(data, "forked_at", (int, type(None)), source) if "forked_at" in data else None)
     shown = _messages(_need(data, "messages", (list,), source), f"{source}: messages")
     branches = _messages(data.get("branches") or [], f"{source}: branches")
     return Conversation(info, shown, branches)
@@ -132,8 +138,20 @@ def _messages(items: list, source: str) -> list[StoredMessage]:
             ttft_s=_need(m, "ttft_s", opt_num, where), tokens_per_s=_need(m, "tokens_per_s", opt_num, where),
             stats=_need(m, "stats", (dict, type(None)), where), created_at=_need(m, "created_at", num, where),
             finished_at=_need(m, "finished_at", opt_num, where),
-            tool=_need(m, "tool", (dict, type(None)), where) if "tool" in m else None))
+            tool=_need(m, "tool", (dict, type(None)), where) if "tool" in m else None,
+            opening=_need(m, "opening", text, where) if "opening" in m else "",
+            reply_ids=_reply_ids(m, where)))
     return messages
+
+
+def _reply_ids(m: dict, where: str) -> list[int] | None:
+    """A message's ``reply_ids`` (absent in older exports): a list of non-negative integers."""
+    if "reply_ids" not in m or m["reply_ids"] is None:
+        return None
+    ids = m["reply_ids"]
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ImportFormatError(f"{where}: 'reply_ids' must be a list of token ids (integers >= 0)")
+    return ids
 
 
 def _no_constant(name: str) -> Any:

@@ -120,9 +120,14 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
             print(f"tokchat: attached {file.summary()}", file=err)
         prompt = compose(prompt, files)
     tools = _open_tools(options, session, recorder, err)
-    if recorder is not None:
+    steer = _steer(options, session, recorder, err)  # --resume / --continue (app.resume)
+    if steer == "refused":
+        session.backend.close()
+        return 2
+    if recorder is not None and steer != "continue":
         # model name and template are known only now that the model is loaded
-        recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
+        if options.resume is None:
+            recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
         recorder.on_user(ChatMessage("user", prompt))
     status = 0
     wrote_content = False
@@ -131,7 +136,10 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     try:
         # the handlers stay until the reply is stored: a signal then still finds it whole
         with _stop_on_signals(stoppable) as caught:
-            events = tools.loop.send(prompt) if tools is not None else session.send(prompt)
+            if steer == "continue":
+                events = session.continue_reply()
+            else:
+                events = tools.loop.send(prompt) if tools is not None else session.send(prompt)
             for event in events:
                 if recorder is not None:
                     recorder.on_event(event)
@@ -169,6 +177,25 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
             tools.close()
         session.backend.close()
     return status
+
+
+def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> str:
+    """``--resume ID`` loads a stored conversation; ``--continue`` then continues its last reply.
+    Returns "continue", "send", or "refused" (one line said why on ``err``)."""
+    session.reasoning_budget = options.reasoning_budget
+    if options.resume is not None:
+        from app.resume import resume_into
+
+        resume_into(session, options.resume, recorder)
+    if not options.continue_reply:
+        return "send"
+    why = session.continue_refusal()
+    if why is not None:
+        print(f"tokchat: --continue: {why}", file=err)
+        return "refused"
+    if recorder is not None:
+        recorder.on_continue(session.messages[-1])
+    return "continue"
 
 
 def _open_tools(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> Any:

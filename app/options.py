@@ -63,6 +63,15 @@ class ChatOptions:
     attach_limits: Any = None
     #: tool calling (see app.tools.settings.ToolSettings): which MCP servers' tools, approval, limits
     tools: Any = None
+    #: headless: the stored conversation to go on with (``--resume ID``); None: a new one
+    resume: int | None = None
+    #: headless: continue the last reply of ``resume`` instead of sending a prompt (``--continue``)
+    continue_reply: bool = False
+    #: reasoning ids after which tokchat closes the think block itself; None: no limit
+    reasoning_budget: int | None = None
+    #: a paste of at least this many tokens or lines becomes an attachment chip (``[paste]``)
+    paste_chip_tokens: int = 2000
+    paste_chip_lines: int = 40
     #: generate on this inference server instead of a local engine (``--server``); None: local.
     #: ``model`` then names only the tokenizer and template (None: what the server serves)
     server: RemoteSettings | None = None

@@ -245,6 +245,38 @@ class HistoryRecorder:
         if reply_id is not None and hasattr(message, "store_id"):
             message.store_id = reply_id  # so that choosing this reply again can be stored
 
+    def on_continue(self, message: Any) -> None:
+        """A stored reply is being continued (/continue): :meth:`on_reply` then updates its row
+        (text, ids, stats with both parts) instead of adding a message.  A reply not stored yet is
+        added by :meth:`on_reply` as usual."""
+        self.close_reply()
+        store_id = getattr(message, "store_id", None)
+        if not self.enabled or store_id is None or self.conversation_id is None:
+            return
+        self._reply_id = store_id
+        self._partial = {"content": message.content, "reasoning": message.reasoning}
+        self._last_progress = self._clock()
+        self.tip_id = store_id
+
+    def fork(self, at_store_id: int | None, messages: list[Any]) -> int | None:
+        """Make the stored branch up to ``at_store_id`` a new conversation linked to this one, and go on
+        in it; ``messages`` (the session's kept path) get the new rows' ids.  None when not stored."""
+        self.close_reply()
+        if self.conversation_id is None:
+            return None
+        source = self.conversation_id
+        new_id = self._guard(lambda s: s.fork(source, at_store_id))
+        if new_id is None:
+            return None
+        self.conversation_id = new_id
+        stored = self._guard(lambda s: s.load(new_id))
+        if stored is not None:
+            for message, row in zip(messages, stored.messages):
+                if hasattr(message, "store_id"):
+                    message.store_id = row.id
+            self.tip_id = stored.messages[-1].id if stored.messages else None
+        return new_id
+
     @property
     def reply_open(self) -> bool:
         """A reply has been started (``on_event``) and not committed yet."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from app.store_types import (Conversation, ConversationInfo, StoredMessage, StoreError, as_dict,
-                             message_columns, make_title)
+                             message_columns, make_title, parse_reply_json, reply_json)
 
 __all__ = ["ChatStore", "Conversation", "ConversationInfo", "StoredMessage", "StoreError",
            "default_db_path", "make_title", "SCHEMA_VERSION"]
@@ -90,6 +90,16 @@ _MIGRATIONS += (
         "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p WHERE "
         "p.conversation_id = messages.conversation_id AND p.id < messages.id)",
         "UPDATE conversations SET tip_id = (SELECT MAX(m.id) FROM messages m WHERE m.conversation_id = conversations.id)",
+    ),
+)
+_MIGRATIONS += (
+    # 4 -> 5: steering a reply.  A reply's user-written opening and its ids as generated (JSON, so
+    # /continue resumes from them), and where a fork (/fork) came from: the conversation and the
+    # message it was cut after.  Old rows read as before (NULL: no opening, ids unknown, not a fork).
+    (
+        "ALTER TABLE messages ADD COLUMN reply_json TEXT",
+        "ALTER TABLE conversations ADD COLUMN forked_from INTEGER",
+        "ALTER TABLE conversations ADD COLUMN forked_at INTEGER",
     ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -410,7 +420,8 @@ class ChatStore:
             template=row["template"], system_prompt=row["system_prompt"],
             sampling=json.loads(row["sampling_json"]), settings=json.loads(row["settings_json"]),
             created_at=row["created_at"], updated_at=row["updated_at"],
-            message_count=row["n"] if "n" in row.keys() else 0)
+            message_count=row["n"] if "n" in row.keys() else 0,
+            forked_from=row["forked_from"], forked_at=row["forked_at"])
 
     def load(self, conv_id: int) -> Conversation:
         rows = self._read("SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
@@ -425,7 +436,8 @@ class ChatStore:
                 ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"],
                 stats=json.loads(r["stats_json"]) if r["stats_json"] else None,
                 created_at=r["created_at"], finished_at=r["finished_at"],
-                tool=json.loads(r["tool_json"]) if r["tool_json"] else None, parent_id=r["parent_id"])
+                tool=json.loads(r["tool_json"]) if r["tool_json"] else None, parent_id=r["parent_id"],
+                **dict(zip(("opening", "reply_ids"), parse_reply_json(r["reply_json"]))))
             for r in self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conv_id,))
         }
         with self._lock:
@@ -550,9 +562,12 @@ class ChatStore:
         with self._write() as conn:
             cur = conn.execute(
                 "INSERT INTO conversations (title, model_path, model_name, template, system_prompt,"
-                " sampling_json, settings_json, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                " sampling_json, settings_json, created_at, updated_at, forked_from, forked_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                # a fork link names rows of the database it was exported from, kept as it was
                 (info.title, info.model_path, info.model_name, info.template, info.system_prompt,
-                 json.dumps(info.sampling), json.dumps(info.settings), info.created_at, info.updated_at))
+                 json.dumps(info.sampling), json.dumps(info.settings), info.created_at, info.updated_at,
+                 info.forked_from, info.forked_at))
             conv_id = int(cur.lastrowid)
             new_ids: dict[int, int] = {}  # exported id -> id here
             previous: int | None = None
@@ -565,11 +580,12 @@ class ChatStore:
                 cur = conn.execute(
                     "INSERT INTO messages (conversation_id, role, content, reasoning, prompt_tokens,"
                     " completion_tokens, reasoning_tokens, ttft_s, tokens_per_s, finish_reason, stats_json,"
-                    " created_at, finished_at, tool_json, parent_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " created_at, finished_at, tool_json, parent_id, reply_json)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (conv_id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at,
-                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent))
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent, reply_json(m)))
                 new_id = int(cur.lastrowid)
                 if m.id:
                     new_ids[m.id] = new_id
@@ -578,3 +594,44 @@ class ChatStore:
                     tip = new_id
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, conv_id))
             return conv_id
+
+    def fork(self, conv_id: int, at_message_id: int | None, *, title: str = "") -> int:
+        """A new conversation holding the branch of ``conv_id`` up to message ``at_message_id`` (its
+        path from the first message), linked to where it came from; returns its id.
+
+        ``at_message_id`` None: only the settings and system prompt (a fork before the first message).
+        """
+        now = time.time()
+        with self._write() as conn:
+            self._require(conn, conv_id)
+            parents = dict(conn.execute("SELECT id, parent_id FROM messages WHERE conversation_id = ?",
+                                        (conv_id,)).fetchall())
+            if at_message_id is not None and at_message_id not in parents:
+                raise StoreError(f"history database {self.path}: no message {at_message_id} in "
+                                 f"conversation {conv_id}")
+            path: list[int] = []
+            node = at_message_id
+            while node is not None and len(path) <= len(parents):
+                path.append(node)
+                node = parents.get(node)
+            path.reverse()
+            source = conn.execute("SELECT * FROM conversations WHERE id = ?", (conv_id,)).fetchone()
+            cur = conn.execute(
+                "INSERT INTO conversations (title, model_path, model_name, template, system_prompt, sampling_json,"
+                " settings_json, created_at, updated_at, forked_from, forked_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (title or f"{source['title'] or '(untitled)'} (fork)", source["model_path"], source["model_name"],
+                 source["template"], source["system_prompt"], source["sampling_json"], source["settings_json"],
+                 now, now, conv_id, at_message_id))
+            new_conv = int(cur.lastrowid)
+            columns = ("role, content, reasoning, prompt_tokens, completion_tokens, reasoning_tokens, ttft_s,"
+                       " tokens_per_s, finish_reason, stats_json, created_at, finished_at, tool_json, reply_json")
+            parent: int | None = None
+            for old_id in path:
+                cur = conn.execute(f"INSERT INTO messages (conversation_id, {columns}, parent_id) SELECT ?, "
+                                   f"{columns}, ? FROM messages WHERE id = ?", (new_conv, parent, old_id))
+                parent = int(cur.lastrowid)
+            # a reply still being written elsewhere is copied as it stands, finished as interrupted
+            conn.execute("UPDATE messages SET finish_reason = 'interrupted', finished_at = ? WHERE conversation_id = ?"
+                         " AND role != 'user' AND finish_reason IS NULL", (now, new_conv))
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (parent, new_conv))
+            return new_conv

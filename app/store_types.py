@@ -35,6 +35,9 @@ class ConversationInfo:
     created_at: float = 0.0
     updated_at: float = 0.0
     message_count: int = 0
+    #: a fork (/fork): the conversation it was made from and the message it was cut after (None: not a fork)
+    forked_from: int | None = None
+    forked_at: int | None = None
 
 
 @dataclass
@@ -58,6 +61,10 @@ class StoredMessage:
     tool: dict | None = None
     #: the message before this one on its branch (None: the first message)
     parent_id: int | None = None
+    #: a reply's start written by the user (/reply); ``content`` begins with it
+    opening: str = ""
+    #: a reply's ids as generated (its opening's first): /continue resumes from them with the same model
+    reply_ids: list[int] | None = None
 
     def to_chat_message(self) -> Any:
         """This message as an :class:`app.session.ChatMessage` (for ``ChatSession.load_messages``)."""
@@ -75,7 +82,8 @@ class StoredMessage:
         return ChatMessage(role=self.role, content=self.content, reasoning=self.reasoning,
                            stats=stats, finish_reason=self.finish_reason, tool_calls=tool.get("tool_calls"),
                            tool_call_id=tool.get("tool_call_id"), name=tool.get("name"),
-                           store_id=self.id or None)
+                           store_id=self.id or None, opening=self.opening,
+                           reply_ids=tuple(self.reply_ids) if self.reply_ids is not None else None)
 
 
 @dataclass
@@ -124,7 +132,22 @@ def message_columns(message: Any, finish_reason: str | None) -> dict:
         "tokens_per_s": get("tokens_per_s"), "finish_reason": reason,
         "stats_json": json.dumps(stats) if stats is not None else None,
         "tool_json": tool_json(message),
+        "reply_json": reply_json(message),
     }
+
+
+def reply_json(message: Any) -> str | None:
+    """A reply's user-written opening and its ids as generated, as JSON (None when it has neither)."""
+    opening = getattr(message, "opening", "") or ""
+    ids = getattr(message, "reply_ids", None)
+    fields = {**({"opening": opening} if opening else {}), **({"ids": list(ids)} if ids is not None else {})}
+    return json.dumps(fields, ensure_ascii=False) if fields else None
+
+
+def parse_reply_json(text: str | None) -> tuple[str, list[int] | None]:
+    """``(opening, ids)`` from a ``reply_json`` column."""
+    data = json.loads(text) if text else {}
+    return data.get("opening", ""), data.get("ids")
 
 
 #: message attributes of tool calling kept in ``tool_json``

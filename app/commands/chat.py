@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     think.add_argument("--think", dest="think", action="store_true", default=None,
                        help="enable thinking where the template supports it")
     think.add_argument("--no-think", dest="think", action="store_false", help="disable thinking")
+    add("--reasoning-budget", type=int, metavar="N", help="after N reasoning ids, close the think block "
+        "(the model's end-of-thinking ids) so the answer starts; -1 = no limit (llama.cpp --reasoning-budget)")
+    add("--resume", type=int, metavar="ID", help="headless: go on with stored conversation ID "
+        "(`tokchat export --list`): --prompt adds a message, --continue continues its last reply")
+    add("--continue", dest="continue_reply", action="store_true", default=False,
+        help="headless, with --resume: continue the last reply (cut by --max-tokens or stopped) from its ids")
     add("--show-thinking", action="store_true", default=None, help="headless: print the reasoning too (to stderr)")
     add("--stats", action="store_true", default=None, help="headless: one JSON line of turn stats on stderr")
     add("--tools", help="give the model the tools of these MCP servers: all | SERVER,SERVER.TOOL,... "
@@ -106,14 +112,18 @@ def run(args: argparse.Namespace) -> int:
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     where = "--prompt"
-    if args.prompt is None and not sys.stdin.isatty():
+    if args.continue_reply and (args.resume is None or args.prompt is not None):
+        raise CLIError("--continue continues a stored reply: give --resume ID (and no --prompt)")
+    if args.resume is not None and args.prompt is None and not args.continue_reply and sys.stdin.isatty():
+        raise CLIError("--resume ID needs --prompt TEXT or --continue (the TUI resumes from its history, Ctrl+B)")
+    if args.prompt is None and not args.continue_reply and not sys.stdin.isatty():
         args.prompt, where = read_stdin_prompt(sys.stdin.buffer), "stdin"
     if args.prompt is not None and not args.prompt.strip() and not args.attach:
         what = "empty" if not args.prompt else "only whitespace"
         raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
     # first use of --model hf:... or a preset name: download with a progress bar before anything loads
     pull_if_missing(args.model or load_settings(args, use_preset=False).values["model.default"])
-    headless = args.prompt is not None
+    headless = args.prompt is not None or args.continue_reply
     # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
     options = chat_options(args, preset=headless)
     if headless:

@@ -38,7 +38,7 @@ def test_an_older_database_is_upgraded_in_place(tmp_path, version):
     path = tmp_path / "history.sqlite3"
     _old_database(path, version)
     store = ChatStore(path)
-    assert store.schema_version == SCHEMA_VERSION == 4
+    assert store.schema_version == SCHEMA_VERSION == 5  # 5: reply openings, ids and fork links
     conv = store.load(1)
     assert [m.content for m in conv.messages] == ["Hi", "Hello.", "2+2?", "4"] and conv.branches == []
     assert [m.parent_id for m in conv.messages] == [None, 1, 2, 3]
