@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from templates.sandbox import RenderLimits, SandboxedTemplate, TemplateError
+from templates.thinking import thinking_variables
 
 # Supplementary private-use code points: never produced by a tokenizer's decode of real text.
 _OPEN = "\U000F0001"
@@ -78,8 +79,8 @@ class ChatTemplate:
             bos_token=self.bos_token, eos_token=self.eos_token,
             tools=[dict(t) for t in tools] if tools is not None else None, documents=None,
         )
-        if enable_thinking is not None:
-            variables["enable_thinking"] = enable_thinking
+        # the switch as this template defines it (enable_thinking, thinking, reasoning_effort)
+        variables.update(thinking_variables(self.source if source is None else source, enable_thinking))
         compiled = self.compiled if source is None else self._tool_use_compiled()
         try:
             return compiled.render(**variables)

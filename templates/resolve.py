@@ -16,6 +16,7 @@ from typing import Any
 
 from templates.chat_template import ChatTemplate
 from templates.sandbox import TemplateError
+from templates.thinking import has_thinking_switch
 
 #: built-in name -> (file in this package, supports_thinking)
 BUILTINS: dict[str, tuple[str, bool]] = {
@@ -119,7 +120,7 @@ def _from_source(name: str, source: str, tokenizer: Any) -> ChatTemplate:
     tool_use = _model_template(tokenizer, "tool_use") if name == "model" else None
     return ChatTemplate(name=name, source=source, bos_token=_token_text(tokenizer, "bos_token"),
                         eos_token=_token_text(tokenizer, "eos_token"),
-                        supports_thinking="enable_thinking" in source, tool_use_source=tool_use)
+                        supports_thinking=has_thinking_switch(source), tool_use_source=tool_use)
 
 
 def _checked(template: ChatTemplate, what: str) -> ChatTemplate:
