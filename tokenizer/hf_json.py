@@ -28,8 +28,9 @@ from tokenizer.bytelevel import from_byte_chars, to_byte_chars
 from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf_vocab import eog_by_text
+from tokenizer.hf_config import chat_template_of, post_processor_adds_bos, token_text
 from tokenizer.json_float import serde_float
-from tokenizer.loader import make_merger
+from tokenizer.merger import make_merger
 from tokenizer.specials import HFSpecialSplitter, SpecialToken
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -168,12 +169,6 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
     raise TokenizerError(f"tokenizer.json pre-tokenizer {kind!r} is not supported")
 
 
-def _token_text(value: Any) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
-
-
 def load_tokenizer_json(path: str | os.PathLike[str]) -> Tokenizer:
     """A tokenizer matching HF ``tokenizers`` for ``tokenizer.json`` at ``path``.
 
@@ -254,12 +249,12 @@ def _load_tokenizer_json(path: Path) -> Tokenizer:
         return data if data is not None else text.encode("utf-8")
 
     config = _read_json(path.parent / "tokenizer_config.json") if (path.parent / "tokenizer_config.json").is_file() else {}
-    bos_text, eos_text = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
+    bos_text, eos_text = token_text(config.get("bos_token")), token_text(config.get("eos_token"))
     bos_id = ids.get(bos_text) if bos_text else None
     eos_id = ids.get(eos_text) if eos_text else None
     add_bos = config.get("add_bos_token")
     if not isinstance(add_bos, bool):
-        add_bos = _post_processor_adds(data.get("post_processor"), bos_text)
+        add_bos = post_processor_adds_bos(data.get("post_processor"), bos_text)
     eog = eog_by_text({a["content"]: a["id"] for a in added})
     if eos_id is not None:
         eog.add(eos_id)
@@ -267,7 +262,7 @@ def _load_tokenizer_json(path: Path) -> Tokenizer:
         TokenizerParts(
             kind="bpe", pre=None, tokens=tokens, attrs=attrs, render=render, encode_fragment=encode_fragment,
             splitter=HFSpecialSplitter(specials), bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
-            eog_ids=frozenset(eog), chat_template=_chat_template(config.get("chat_template")),
+            eog_ids=frozenset(eog), chat_template=chat_template_of(config.get("chat_template")),
             metadata={}, token_to_id=ids, source=str(path), caches=[bpe.cache],
         )
     )
@@ -298,26 +293,3 @@ def _checked_model(path: Path, model: dict, added: Any) -> tuple[dict[str, int],
     if biggest >= 4 * (len(vocab) + len(added)) + 1024:
         raise TokenizerError(f"{path}: token id {biggest} is far beyond the {len(vocab) + len(added)} tokens listed")
     return dict(vocab), merges, added
-
-
-def _chat_template(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):  # [{"name": "default", "template": ...}, ...]
-        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-        chosen = named.get("default") or next(iter(named.values()), None)
-        return chosen if isinstance(chosen, str) else None
-    return None
-
-
-def _post_processor_adds(spec: Any, bos_text: str | None) -> bool:
-    """Does the post-processor put the BOS token in front of a single sequence?"""
-    if not isinstance(spec, dict) or not bos_text:
-        return False
-    if spec.get("type") == "Sequence":
-        return any(_post_processor_adds(p, bos_text) for p in spec.get("processors", []))
-    if spec.get("type") == "TemplateProcessing":
-        single = spec.get("single") or []
-        first = single[0] if single else {}
-        return isinstance(first, dict) and first.get("SpecialToken", {}).get("id") == bos_text
-    return False

@@ -37,6 +37,7 @@ import regex
 from tokenizer.core import ATTR_BYTE, ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf_vocab import eog_by_text
+from tokenizer.hf_config import chat_template_of, post_processor_adds_bos, token_text
 from tokenizer.specials import HFSpecialSplitter, SpecialToken
 
 _SPACE = "\u2581"
@@ -384,8 +385,6 @@ def _unigram_render(text: str) -> bytes:
 
 def load_merge_free(path: Path, data: dict, normalize: Callable[[str], str] | None, config: dict) -> Tokenizer:
     """A :class:`Tokenizer` for a WordPiece or Unigram ``tokenizer.json`` (``data`` already parsed)."""
-    from tokenizer.hf_json import _chat_template, _post_processor_adds, _token_text
-
     model = data["model"]
     kind = model.get("type")
     added = data.get("added_tokens") or []
@@ -452,8 +451,8 @@ def load_merge_free(path: Path, data: dict, normalize: Callable[[str], str] | No
             return []
         return encode_pieces([p for p, _ in pre([(text, True)])])
 
-    bos_text = _token_text(config.get("bos_token") or config.get("cls_token"))
-    eos_text = _token_text(config.get("eos_token") or config.get("sep_token"))
+    bos_text = token_text(config.get("bos_token") or config.get("cls_token"))
+    eos_text = token_text(config.get("eos_token") or config.get("sep_token"))
     post = data.get("post_processor")
     single = (post or {}).get("single") if isinstance(post, dict) else None
     if isinstance(single, list) and single:
@@ -464,7 +463,7 @@ def load_merge_free(path: Path, data: dict, normalize: Callable[[str], str] | No
     eos_id = ids.get(eos_text) if eos_text else None
     add_bos = config.get("add_bos_token")
     if not isinstance(add_bos, bool):
-        add_bos = _post_processor_adds(post, bos_text)
+        add_bos = post_processor_adds_bos(post, bos_text)
     eog = eog_by_text({a["content"]: a["id"] for a in added})
     if eos_id is not None:
         eog.add(eos_id)
@@ -476,8 +475,7 @@ def load_merge_free(path: Path, data: dict, normalize: Callable[[str], str] | No
             bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
             add_eos=bool(isinstance(single, list) and single and eos_text
                          and (single[-1].get("SpecialToken") or {}).get("id") == eos_text),
-            eog_ids=frozenset(eog), chat_template=_chat_template(config.get("chat_template")),
+            eog_ids=frozenset(eog), chat_template=chat_template_of(config.get("chat_template")),
             metadata={}, token_to_id=ids, source=str(path), caches=[algo.cache],
         )
     )
-

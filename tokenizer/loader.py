@@ -12,14 +12,14 @@ import os
 from pathlib import Path
 
 from tokenizer.bpe import BPEModel
-from tokenizer.accel import accel_module
-from tokenizer.bytelevel import BYTE_TO_CHAR, from_byte_chars, to_byte_chars
+from tokenizer.bytelevel import from_byte_chars, to_byte_chars
 from tokenizer.core import (
     ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED, Tokenizer, TokenizerParts,
 )
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf import GGUFFile, read_gguf
 from tokenizer.gguf_vocab import ids_with, metadata_without_arrays, parse_merges, read_vocab
+from tokenizer.merger import make_merger
 from tokenizer.pretokenize import make_pretokenizer, resolve_pre
 from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
 from tokenizer.spm import SPMModel
@@ -135,36 +135,6 @@ def _bpe_parts(v: dict, merges: object, caches: list[dict], raw: dict | None = N
         return data if data is not None else text.encode("utf-8")
 
     return encode_fragment, render
-
-
-def make_merger(merges: object, ids: dict[str, int], first_wins: bool, raw: dict | None = None):
-    """The C accelerator's id-based merger, or None (not built, or merges it cannot express).
-
-    ``raw``: the GGUF's stored token and merge arrays (``GGUFFile.raw``); the
-    table is then built from their bytes in C (about 20x faster than from the
-    Python strings), falling back to the strings where the bytes cannot say
-    the same (an empty token, which the vocabulary renames).
-    """
-    accel = accel_module()
-    if accel is None or not isinstance(merges, list):
-        return None
-    tokens_raw = (raw or {}).get("tokenizer.ggml.tokens")
-    merges_raw = (raw or {}).get("tokenizer.ggml.merges")
-    build = getattr(accel, "merger_from_gguf", None)
-    if build is not None and tokens_raw is not None and merges_raw is not None and merges_raw[1] == len(merges):
-        try:
-            return build(*tokens_raw, *merges_raw, BYTE_TO_CHAR, first_wins)
-        except (ValueError, TypeError):
-            # the string-based constructor decides, exactly as without the raw arrays
-            return _merger_from_strings(accel, merges, ids, first_wins)
-    return _merger_from_strings(accel, merges, ids, first_wins)
-
-
-def _merger_from_strings(accel, merges: list, ids: dict[str, int], first_wins: bool):
-    try:
-        return accel.Merger(merges, ids, BYTE_TO_CHAR, first_wins)
-    except (ValueError, TypeError):
-        return None
 
 
 def _hex_byte_ids(ids: dict[str, int]):

@@ -11,16 +11,21 @@ equal ``decode(all ids)``.
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from tokenizer.core import Tokenizer
+
+class TokenBytes(Protocol):
+    """What the decoder needs of a tokenizer (a :class:`tokenizer.core.Tokenizer` is one): no import of core."""
+
+    def token_bytes(self, tid: int) -> bytes: ...
+
+    def is_special(self, tid: int) -> bool: ...
 
 
 class StreamDecoder:
     """``feed(id) -> str`` with complete characters only; ``finalize() -> str`` flushes."""
 
-    def __init__(self, tokenizer: "Tokenizer", skip_special: bool = False) -> None:
+    def __init__(self, tokenizer: TokenBytes, skip_special: bool = False) -> None:
         self._tok = tokenizer
         self._skip = skip_special
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")

@@ -18,7 +18,8 @@ from tokenizer.bytelevel import BYTE_TO_CHAR, from_byte_chars
 from tokenizer.errors import GGUFError
 from tokenizer.gguf import RAW_KEYS, parse_gguf, read_gguf
 from tokenizer.gguf_vocab import read_vocab
-from tokenizer.loader import load_gguf_tokenizer, make_merger
+from tokenizer.loader import load_gguf_tokenizer
+from tokenizer.merger import make_merger
 
 BPE_VOCABS = ["ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf",
               "ggml-vocab-deepseek-coder.gguf", "ggml-vocab-falcon.gguf", "ggml-vocab-mpt.gguf",
