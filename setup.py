@@ -8,6 +8,8 @@ the build goes on and the pure-Python twin gives the same ids.
 ``TOKCHAT_SANITIZE=1`` builds it under AddressSanitizer and
 UndefinedBehaviorSanitizer (``tests/fuzz/run_sanitized.py`` builds such a copy
 in a separate folder and runs the tokenizer and hardening tests against it).
+``TOKCHAT_COVERAGE=1`` builds it with gcc's ``--coverage`` at ``-O0``
+(``bench/fuzz_coverage.py`` measures which lines of the C the fuzz corpus reaches).
 ``tests/fuzz/build_accel.py`` builds it (sanitized or not, in place or into
 a folder of its own) without going through pyproject.toml, whose metadata
 needs a newer setuptools than some venvs hold.  A sanitized build is never
@@ -29,6 +31,12 @@ if _SANITIZE not in _FLAGS:
 _COMPILE = _FLAGS[_SANITIZE]
 # ASan and UBSan runtimes are linked into the extension; the interpreter preloads libasan
 _LINK = [f for f in _COMPILE if f.startswith("-fsanitize=address")]
+_COVERAGE = os.environ.get("TOKCHAT_COVERAGE", "")
+if _COVERAGE not in ("", "0", "1"):
+    raise SystemExit(f"TOKCHAT_COVERAGE={_COVERAGE!r}: use 1 (gcov counters) or leave it unset")
+if _COVERAGE == "1":
+    # -O0 so that every source line keeps its own counter; the last -O wins over Python's own CFLAGS
+    _COMPILE, _LINK = [*_COMPILE, "--coverage", "-O0", "-g"], [*_LINK, "--coverage"]
 
 
 def accel_extension() -> Extension:

@@ -35,9 +35,12 @@ dist.run_command("build_ext")
 """
 
 
-def build(out: Path | None, sanitize: str = "", quiet: bool = True) -> Path:
-    """Compile the extension (into the source tree when ``out`` is None); return the folder of the .so."""
-    env = {**os.environ, "TOKCHAT_SANITIZE": sanitize}
+def build(out: Path | None, sanitize: str = "", quiet: bool = True, coverage: bool = False) -> Path:
+    """Compile the extension (into the source tree when ``out`` is None); return the folder of the .so.
+
+    ``coverage``: gcc ``--coverage`` counters (the ``.gcda`` files land next to the objects in ``<out>/tmp``).
+    """
+    env = {**os.environ, "TOKCHAT_SANITIZE": sanitize, "TOKCHAT_COVERAGE": "1" if coverage else ""}
     args = [sys.executable, "-c", _CHILD, str(out or ""), "0" if out else "1"]
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=quiet, text=True)
     if done.returncode:
