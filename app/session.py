@@ -80,6 +80,10 @@ class TurnStats:
     cache_cut_tokens: int = 0
     #: tokchat closed the think block itself after the reasoning budget (--reasoning-budget)
     reasoning_cut: bool = False
+    #: speculative decoding (backends.speculative): ids the drafter proposed and how many the model kept;
+    #: the kept ones are counted in completion_tokens like every other id (0 and 0: no speculation)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     #: a continued reply (/continue): each part's own stats as a dict, first to last; the counts above
     #: are their sums (prompt_tokens and ttft_s are the first part's, the rest the last part's)
     parts: list | None = None
@@ -146,6 +150,8 @@ class _Turn:
     verified: bool = True  # every generation of this turn matched the backend's own count
     prior_reasoning: int = 0  # reasoning ids of the reply's earlier part (a continued reply), for the budget
     evaluated: int = 0  # prompt ids evaluated by earlier generations of this turn (after a budget cut)
+    drafted: int = 0  # speculative drafts of earlier generations of this turn (after a budget cut)
+    accepted: int = 0
     reasoning_cut: bool = False
 
 
@@ -613,6 +619,7 @@ class ChatSession:
             if not over_budget:
                 break
             turn.evaluated += getattr(self.backend, "last_prompt_evaluated", 0)
+            turn.drafted, turn.accepted = _draft_counts(self.backend, turn)
             yield from self._close_think(turn)
             budget = None  # one cut per reply
         if not turn.finish:
@@ -683,6 +690,7 @@ class ChatSession:
             speed = (n_reply - 1) / (turn.last_at - turn.first_at)
         evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) + turn.evaluated if n_reply else 0
         ttft = (turn.first_at - turn.started) if turn.first_at else 0.0
+        drafted, accepted = _draft_counts(self.backend, turn) if n_reply else (0, 0)
         return TurnStats(
             new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
             reasoning_tokens=turn.reasoning_tokens,
@@ -692,6 +700,7 @@ class ChatSession:
             backend=info.backend, device=info.device,
             verified=turn.verified, model=info.model_name, template=self.template.name,
             sampling=asdict(self.sampling), reasoning_cut=turn.reasoning_cut,
+            drafted_tokens=drafted, accepted_tokens=accepted,
         )
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
@@ -816,10 +825,20 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
         new_prompt_tokens=sum(p["new_prompt_tokens"] for p in parts),
         completion_tokens=sum(p["completion_tokens"] for p in parts),
         reasoning_tokens=sum(p["reasoning_tokens"] for p in parts),
+        drafted_tokens=sum(p.get("drafted_tokens", 0) for p in parts),
+        accepted_tokens=sum(p.get("accepted_tokens", 0) for p in parts),
         tool_call_tokens=sum(p["tool_call_tokens"] for p in parts),
         tokens_per_s=steps / spent if spent > 0 else 0.0,
         reasoning_cut=any(p["reasoning_cut"] for p in parts), verified=all(p["verified"] for p in parts),
         parts=parts)
+
+
+def _draft_counts(backend: Any, turn: _Turn) -> tuple[int, int]:
+    """(drafted, accepted) of this turn so far: earlier generations' plus the backend's latest reply's."""
+    counts = getattr(backend, "last_draft_counts", None)
+    if counts is None:
+        return turn.drafted, turn.accepted
+    return turn.drafted + counts.drafted, turn.accepted + counts.accepted
 
 
 def _part(stats: TurnStats) -> dict:

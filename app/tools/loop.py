@@ -237,6 +237,7 @@ class ToolLoop:
         return replace(
             last, new_prompt_tokens=sum(s.new_prompt_tokens for s in steps), completion_tokens=completion,
             reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
+            drafted_tokens=sum(s.drafted_tokens for s in steps), accepted_tokens=sum(s.accepted_tokens for s in steps),
             tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps),
             **({"verified": all(s.verified for s in steps)} if hasattr(last, "verified") else {}))
 

@@ -32,6 +32,9 @@ def stats_line(stats: Any) -> str:
         f"{stats.tokens_per_s:.1f} tok/s",
         stats.finish_reason,
     ]
+    drafted = getattr(stats, "drafted_tokens", 0)
+    if drafted:
+        parts.insert(5, f"drafted {drafted} / accepted {stats.accepted_tokens}")
     if not getattr(stats, "verified", True):
         parts.append("unverified: the server's count differs")
     if getattr(stats, "dropped_turns", 0):

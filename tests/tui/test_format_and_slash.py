@@ -16,6 +16,14 @@ def test_stats_line_shows_every_count_from_turnstats():
                                  "98.8 tok/s · length · dropped 2 old turn(s)")
 
 
+def test_stats_line_shows_speculation_only_when_there_was_some():
+    stats = TurnStats(new_prompt_tokens=7, prompt_tokens=31, completion_tokens=300, ttft_s=0.1, tokens_per_s=47.5,
+                      drafted_tokens=252, accepted_tokens=229)
+    assert stats_line(stats) == ("prompt 7 new / 31 total · completion 300 · reasoning 0 · TTFT 0.10 s · "
+                                 "47.5 tok/s · drafted 252 / accepted 229 · stop")
+    assert "drafted" not in stats_line(TurnStats(completion_tokens=3))
+
+
 def test_meter_colours_as_the_window_fills():
     assert [meter_level(n, 100) for n in (0, 69, 70, 89, 90, 120)] == ["ok", "ok", "warn", "warn", "full", "full"]
     assert meter_text(120, 8, 1000) == "ctx 120+8 / 1000 (13%)"
