@@ -69,7 +69,7 @@ class Result:
 
 
 def run_target(target: str, work: Path, seconds: float, runs: int, max_findings: int, log,
-               env: dict[str, str] | None = None) -> Result:
+               env: dict[str, str] | None = None, timeout: int = 120) -> Result:
     res = Result(target)
     corpus, findings = work / target / "corpus", work / target / "findings"
     corpus.mkdir(parents=True, exist_ok=True)
@@ -82,7 +82,7 @@ def run_target(target: str, work: Path, seconds: float, runs: int, max_findings:
         left_s, left_runs = int(deadline - time.monotonic()), runs - res.execs
         cmd = [sys.executable, str(FUZZ / "fuzz.py"), target, str(corpus), str(FUZZ / "corpus" / target),
                f"-max_total_time={left_s}", f"-runs={left_runs}", f"-artifact_prefix={artifacts}/",
-               "-timeout=30", "-rss_limit_mb=6144", "-print_final_stats=1"]
+               f"-timeout={timeout}", "-rss_limit_mb=6144", "-print_final_stats=1"]
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
@@ -157,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10_000_000, help="executions per target")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tokchat-fuzz-campaign"))
     parser.add_argument("--max-findings", type=int, default=5)
+    parser.add_argument("--timeout", type=int, default=120,
+                        help="seconds one input may take (libFuzzer's -timeout counts wall time: at nice 19 on a "
+                             "busy machine a fuzzer gets about 1.5%% of a core, so keep it generous)")
     parser.add_argument("--jobs", type=int, default=1, help="targets fuzzed at once")
     parser.add_argument("--until", metavar="HH:MM", help="stop every target at this machine time")
     parser.add_argument("--agreement-only", action="store_true",
@@ -189,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("TOKCHAT_NO_ACCEL", None)
 
     def one(target: str) -> Result:
-        with open(args.work / f"{target}.log", "w") as log:
-            res = run_target(target, args.work, seconds, args.runs, args.max_findings, log, env)
+        with open(args.work / f"{target}.log", "w", buffering=1) as log:
+            res = run_target(target, args.work, seconds, args.runs, args.max_findings, log, env, args.timeout)
         rate = res.execs / res.cpu_seconds if res.cpu_seconds else 0.0
         print(f"{target:15} {res.execs:>11,} execs {res.seconds:7.0f} s wall {res.cpu_seconds:7.0f} s CPU "
               f"{rate:8.0f}/CPU s  cov {res.cov:5} ft {res.ft:6}  corpus {res.corpus:5}  findings "
