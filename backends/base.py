@@ -106,6 +106,11 @@ class LoadOptions:
     repack: bool = True
     #: the model's header when the caller already read it (a backends.model_meta.ModelMeta): read once
     model_meta: Any = field(default=None, repr=False, compare=False)
+    #: speculative decoding (backends.speculative): "auto" (n-gram prompt lookup that turns itself off in a
+    #: reply where drafts keep failing), "off", "ngram" (always draft) or "draft" (a draft model, ``draft_model``)
+    speculative: str = "auto"
+    #: the small model that drafts for ``speculative = "draft"``; it must share the main model's vocabulary
+    draft_model: Path | None = None
 
 
 @dataclass
@@ -145,6 +150,25 @@ class PromptProgress:
         """The estimated time to the end of the prompt, None until there is a rate."""
         rate = self.rate(now)
         return (self.total - self.done) / rate if rate > 0 else None
+
+
+@dataclass(frozen=True)
+class DraftCounts:
+    """Speculative decoding's work in one reply: ids proposed by the drafter, and how many the model kept.
+
+    A backend that speculates keeps the latest reply's counts in an optional
+    ``last_draft_counts`` attribute (read with ``getattr``, like
+    ``prompt_progress``; None when it did not speculate).  Every id it emits
+    is counted in the reply as usual: ``accepted`` ids are a subset of them.
+    """
+
+    drafted: int
+    accepted: int
+
+    @property
+    def rate(self) -> float:
+        """The share of drafted ids the model kept (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
 
 
 @runtime_checkable

@@ -23,7 +23,9 @@ Answers (child -> parent), every one of a generation tagged with its job::
     {"loaded": {BackendInfo fields}}  |  {"error": "one line"}
     {"job": 3, "progress": [done, total]}           # while the prompt is evaluated
     {"job": 3, "ids": [id], "evaluated": n}         # every generated id
-    {"job": 3, "done": true, "evaluated": n}        |  {"job": 3, "error": "one line"}
+    {"job": 3, "done": true, "evaluated": n, "draft": [drafted, accepted]}  |  {"job": 3, "error": "one line"}
+
+(``draft`` only when the backend speculated: its ``last_draft_counts``.)
 
 Sampling stays here, beside the logits; only ids cross the pipe.
 """
@@ -96,9 +98,11 @@ class EngineHost:
 
     def _load(self, request: dict[str, Any]) -> None:
         try:
-            options = LoadOptions(**{k: v for k, v in request["options"].items() if k != "log_path"})
-            if request["options"].get("log_path"):
-                options.log_path = Path(request["options"]["log_path"])
+            paths = ("log_path", "draft_model")
+            options = LoadOptions(**{k: v for k, v in request["options"].items() if k not in paths})
+            for key in paths:
+                if request["options"].get(key):
+                    setattr(options, key, Path(request["options"][key]))
             backend = _make_backend(request["engine"], request["device"])
             backend.load(Path(request["path"]), options)
         except BackendError as exc:
@@ -130,7 +134,11 @@ class EngineHost:
             return
         finally:
             self.current_job = None
-        send({"job": job, "done": True, "evaluated": backend.last_prompt_evaluated})
+        done: dict[str, Any] = {"job": job, "done": True, "evaluated": backend.last_prompt_evaluated}
+        counts = getattr(backend, "last_draft_counts", None)
+        if counts is not None:
+            done["draft"] = [counts.drafted, counts.accepted]
+        send(done)
 
     def close(self) -> None:
         if self.backend is not None:

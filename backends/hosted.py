@@ -34,7 +34,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, LoadOptions, PromptProgress, SamplingParams
+from backends.base import BackendError, BackendInfo, DraftCounts, LoadOptions, PromptProgress, SamplingParams
 from backends.cpu import has_amx
 
 #: how often a waiting caller re-checks the cancel flag, in seconds
@@ -94,11 +94,12 @@ class _Child:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.answers.put(json.loads(line))
-            except ValueError:
-                continue  # not ours: the wire is whole JSON lines only
+        with self.proc.stdout:  # closed here, by its only reader: closing it from another thread would wait
+            for line in self.proc.stdout:  # for the buffer lock this read holds until EOF
+                try:
+                    self.answers.put(json.loads(line))
+                except ValueError:
+                    continue  # not ours: the wire is whole JSON lines only
         self.answers.put(_EOF)
 
     def send(self, message: dict[str, Any]) -> bool:
@@ -129,10 +130,17 @@ class _Child:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None and not stream.closed:
-                with contextlib.suppress(OSError):  # a pipe the child's death broke: nothing to flush
-                    stream.close()
+        self.kill_leftovers()
+        stream = self.proc.stdin
+        if stream is not None and not stream.closed:
+            with contextlib.suppress(OSError):  # a pipe the child's death broke: nothing to flush
+                stream.close()
+
+    def kill_leftovers(self) -> None:
+        """Kill whatever the engine left in its session (started with ``start_new_session``): a process a
+        library forked (OpenVINO's telemetry did) must not outlive the engine or hold its pipe open."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left: the usual case
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 def amx_fault_record() -> Path:
@@ -160,6 +168,8 @@ class HostedBackend:
         self.info = BackendInfo(backend=engine, device=device, model_name="", quantization="", context_size=0)
         self.last_prompt_evaluated = 0
         self.prompt_progress: PromptProgress | None = None
+        #: the engine's drafted and kept ids of the latest reply (its ``last_draft_counts``); None if it did not speculate
+        self.last_draft_counts: DraftCounts | None = None
         self.log_path: Path | None = None
         self._child: _Child | None = None
         self._model_path: Path | None = None
@@ -188,6 +198,7 @@ class HostedBackend:
         child = _Child(self.log_path)
         wire_options = {k: v for k, v in asdict(replace(options, model_meta=None)).items() if k != "model_meta"}
         wire_options["log_path"] = str(self.log_path)
+        wire_options["draft_model"] = str(options.draft_model) if options.draft_model else None
         child.send({"op": "load", "engine": self.engine, "device": self.device, "path": str(self._model_path),
                     "options": wire_options})
         answer = child.answers.get()
@@ -256,6 +267,7 @@ class HostedBackend:
         cancel = threading.Event()
         self._cancel = cancel
         self.prompt_progress = None
+        self.last_draft_counts = None
         started = None
         child = self._child
         assert child is not None
@@ -292,6 +304,8 @@ class HostedBackend:
                         yield token
                 elif "done" in answer:
                     self.last_prompt_evaluated = answer["evaluated"]
+                    if answer.get("draft"):
+                        self.last_draft_counts = DraftCounts(*answer["draft"])
                     finished = True
                     return
                 elif "error" in answer:

@@ -13,7 +13,17 @@ greedy reply here is the one a default ``llama-server`` gives.
 This class runs wherever it is made: :mod:`backends.engine_host` makes it in
 a child process, so a native crash of llama.cpp is not a crash of the chat.
 
-Not handled: multiple sequences, grammars, speculative decoding.
+Speculative decoding (:mod:`backends.speculative`, ``LoadOptions.speculative``):
+n-gram prompt lookup over the conversation's ids drafts the next ids; the
+last id and the draft are evaluated in one batch with logits for every
+position; the sampler chain draws the model's own id position by position
+and the step keeps the agreed prefix plus the first id of the model's own,
+dropping the rest from the KV cache.  The cache then holds exactly what the
+plain loop leaves (the prompt and every emitted id but the last), so prompt
+reuse on the next turn and ``last_prompt_evaluated`` are unchanged;
+:attr:`last_draft_counts` says how many ids were drafted and kept.
+
+Not handled: multiple sequences, grammars, a draft model (``speculative = "draft"``).
 """
 from __future__ import annotations
 
@@ -23,13 +33,14 @@ from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, PromptProgress, SamplingParams, checked_prompt, common_prefix_length,
-    resolve_seed,
+    BackendError, BackendInfo, DraftCounts, LoadOptions, PromptProgress, SamplingParams, checked_prompt,
+    common_prefix_length, resolve_seed,
 )
 from backends.cpu import available_cpus, llama_default_threads
 from backends.engine_log import capture_llama_log
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta
+from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter
 from backends.worker import GenerationWorker
 
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
@@ -54,6 +65,11 @@ class LlamaCppBackend:
         self.prompt_progress: PromptProgress | None = None
         #: called with every new :attr:`prompt_progress` (on the engine's thread); the engine host forwards it
         self.on_prompt_progress: Callable[[PromptProgress], None] | None = None
+        #: drafted and kept ids of the latest reply; None when it did not speculate
+        self.last_draft_counts: DraftCounts | None = None
+        #: the ``speculative`` setting (backends.speculative.MODES) and the drafter's tuning
+        self.speculative = "auto"
+        self.drafter_config = DrafterConfig()
         self.log_path: Path | None = None
         self._engine = None
         self._worker: GenerationWorker | None = None
@@ -63,6 +79,12 @@ class LlamaCppBackend:
     def load(self, model_path: Path, options: LoadOptions) -> None:
         from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
 
+        if options.speculative not in MODES:
+            raise BackendError(f"speculative must be one of {', '.join(MODES)}, not {options.speculative!r}")
+        if options.speculative == "draft":
+            raise BackendError("speculative = \"draft\" (a draft model) is not available with llama.cpp yet: "
+                               "use \"ngram\" or \"auto\"")
+        self.speculative = options.speculative
         meta = known_meta(model_path, options.model_meta)
         if meta.format != "gguf":
             raise BackendError(f"llama.cpp loads .gguf files; {model_path} is an MLX directory (use --backend mlx)")
@@ -154,20 +176,65 @@ class LlamaCppBackend:
             if not prefilled:
                 return
             sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt)
+            policy = AutoPolicy(self.speculative)
             try:
-                for count in range(1, sampling.max_tokens + 1):
-                    token = sampler.sample(engine.ctx)
-                    emit(token)
-                    # a full context: the id just emitted would not fit, so the reply ends here
-                    if token in stops or count >= sampling.max_tokens or cancelled() or len(engine.tokens) >= n_ctx:
-                        return
-                    engine.decode([token])
+                self._decode_loop(prompt, sampling.max_tokens, stops, sampler, policy, emit, cancelled)
             except LlamaEngineError as exc:
                 raise BackendError(str(exc)) from exc
             finally:
                 sampler.close()
+                speculated = self.speculative != "off"
+                self.last_draft_counts = DraftCounts(policy.drafted, policy.accepted) if speculated else None
 
         return self._worker.stream(job)
+
+    def _decode_loop(self, prompt: list[int], max_tokens: int, stops: frozenset[int], sampler: LlamaCppSampler,
+                     policy: AutoPolicy, emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
+        """Emit the reply's ids, one per step or a drafted run per step; see the module docstring.
+
+        ``token`` is always the latest emitted id, not yet in the cache; a
+        step evaluates it (plus a draft when there is one) and samples what
+        follows.  The reply ends after an id that is a stop id, the
+        ``max_tokens``-th, one emitted after a cancel, or one that leaves the
+        context full; the cache then holds the prompt and every emitted id
+        but the last, as the plain loop leaves it.
+        """
+        engine = self._engine
+        n_ctx = engine.n_ctx()
+        drafter = NgramDrafter(prompt, self.drafter_config) if policy.active else None
+        emitted = 1
+        token = sampler.sample(engine.ctx)
+        emit(token)
+        while not (token in stops or emitted >= max_tokens or cancelled() or len(engine.tokens) >= n_ctx):
+            base = len(engine.tokens)
+            draft: list[int] = []
+            if policy.active and drafter is not None:
+                drafter.extend((token,))
+                # room for the draft: the context's free positions after ``token``, ids the reply may still emit
+                draft = drafter.draft(min(n_ctx - base - 1, max_tokens - emitted - 1))
+            elif drafter is not None:
+                drafter = None  # auto gave up for this reply: no more bookkeeping
+            if not draft:
+                engine.decode((token,))
+                token = sampler.sample(engine.ctx)
+                emitted += 1
+                emit(token)
+                continue
+            engine.decode([token, *draft], logits="all")
+            accepted = 0
+            for i in range(len(draft) + 1):
+                token = sampler.sample(engine.ctx, i)
+                emitted += 1
+                emit(token)
+                agreed = i < len(draft) and token == draft[i]
+                accepted += agreed
+                if (not agreed or token in stops or emitted >= max_tokens or cancelled()
+                        or base + i + 1 >= n_ctx):
+                    break
+                drafter.extend((token,))
+            # the cache keeps the batch up to the id before the last emitted one, as the plain loop would
+            engine.truncate(base + i + 1)
+            policy.record(len(draft), accepted)
 
     def _check_model_file(self) -> None:
         """Refuse to run on a model file that was truncated or rewritten in place.

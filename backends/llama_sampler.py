@@ -39,9 +39,14 @@ class LlamaCppSampler:
         for token in window:
             llama_cpp.llama_sampler_accept(self.chain, int(token))
 
-    def sample(self, ctx) -> int:
-        """The next id from the logits of the last evaluated position; the chain records it."""
-        return int(self._lib.llama_sampler_sample(self.chain, ctx, -1))
+    def sample(self, ctx, index: int = -1) -> int:
+        """The next id from the logits of position ``index`` of the last batch (-1: its last); the chain records it.
+
+        A speculative step samples position after position of one batch and
+        stops at the first disagreement, so the chain (its penalty window, its
+        random generator) sees exactly the ids the reply keeps.
+        """
+        return int(self._lib.llama_sampler_sample(self.chain, ctx, index))
 
     def close(self) -> None:
         if self.chain is not None:

@@ -1,0 +1,170 @@
+"""Speculative decoding's engine-neutral parts: the n-gram drafter, the acceptance rule, the ``auto`` policy.
+
+A reply that copies from the conversation ("rewrite this file without its
+docstrings") emits long runs of ids that are already in the context.  The
+:class:`NgramDrafter` finds the latest earlier occurrence of the last few
+ids (prompt lookup) and proposes the ids that followed it; the engine
+evaluates the last id plus the draft in one batch, with logits for every
+position, keeps the agreed prefix plus the model's own next id and drops
+the rest from its cache.
+
+Why this is lossless (:func:`accept_draft`): at each position the engine
+draws the model's own id ``y`` from its sampling chain, exactly as it would
+without speculation, and keeps the draft id ``x`` only when ``y == x``.  For
+a deterministic draft (q one-hot at ``x``) that *is* the standard
+speculative-sampling rule (Leviathan et al. 2023; Chen et al. 2023): ``x``
+is kept with probability ``min(1, p(x)/q(x)) = p(x)``, and on a rejection
+the id comes from ``p`` with ``x`` removed and renormalised, which is ``y``
+given ``y != x``.  Drawing ``y`` first also spends the random generator
+exactly as the plain loop does, one draw per emitted id, so a seeded reply
+is the same with speculation on or off; greedy is the special case of a
+one-hot ``p``.  :func:`speculative_accept` is the general rule for a draft
+that has its own distribution ``q`` (a draft model), kept here and tested
+against the target distribution.
+
+Not handled: tree drafts, several sequences, MLX (its backend samples with
+NumPy in the parent; wiring the drafter there is left for an Apple machine).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+#: the ``speculative`` setting's values
+MODES = ("auto", "off", "ngram", "draft")
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """How the n-gram drafter looks up and how much it proposes (tuned by ``bench/bench_speculative.py``)."""
+
+    #: lookup lengths, longest first: a longer match disambiguates repeated code, a shorter one finds more
+    sizes: tuple[int, ...] = (8, 4, 2)
+    #: the most ids one draft proposes
+    max_draft: int = 16
+    #: the fewest ids worth a batch (a 1-id draft rarely pays for the batch)
+    min_draft: int = 2
+
+
+class NgramDrafter:
+    """Prompt lookup over one reply's context: the prompt's ids, then every id the reply keeps.
+
+    Shape of the state: ``ids`` is the context so far; ``_index[n]`` maps an
+    n-gram (a tuple of ``n`` ids) to the position right after its latest
+    occurrence whose next id is known, i.e. where its continuation starts:
+    ``{n: {(id, ..., id): position}}``.  The trailing n-gram of ``ids`` is
+    indexed only when the id after it arrives, so a lookup never finds the
+    suffix itself.
+    """
+
+    def __init__(self, context: Sequence[int], config: DrafterConfig = DrafterConfig()) -> None:
+        self.config = config
+        self.ids: list[int] = []
+        self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in config.sizes}
+        self.extend(context)
+
+    def extend(self, ids: Sequence[int]) -> None:
+        """Append ids the context now holds (the prompt, or the ids a step kept)."""
+        all_ids = self.ids
+        for token in ids:
+            end = len(all_ids)  # the position ``token`` takes: every n-gram ending before it now has a next id
+            for n, index in self._index.items():
+                if end >= n:
+                    index[tuple(all_ids[end - n:end])] = end
+            all_ids.append(int(token))
+
+    def draft(self, limit: int | None = None) -> list[int]:
+        """The ids that followed the latest earlier occurrence of the context's longest matching suffix.
+
+        At most ``limit`` (default ``config.max_draft``) ids; ``[]`` when no
+        suffix of the configured sizes occurred before, or the match would
+        give fewer than ``config.min_draft`` ids.
+        """
+        cap = self.config.max_draft if limit is None else min(limit, self.config.max_draft)
+        if cap < self.config.min_draft:
+            return []
+        ids = self.ids
+        for n, index in self._index.items():
+            if len(ids) < n:
+                continue
+            start = index.get(tuple(ids[-n:]))
+            if start is not None:
+                found = ids[start:start + cap]
+                return found if len(found) >= self.config.min_draft else []
+        return []
+
+
+def accept_draft(draft: Sequence[int], sampled: Sequence[int]) -> int:
+    """How many draft ids the model's own ids agree with: the length of their common prefix.
+
+    ``sampled[i]`` is the id the model drew after the context plus
+    ``draft[:i]``; the step keeps ``draft[:k]`` and then ``sampled[k]``.
+    """
+    k = 0
+    for x, y in zip(draft, sampled):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def speculative_accept(p, q, x: int, rng) -> int:
+    """The standard speculative-sampling step for one draft id ``x`` drawn from ``q``: the id to emit.
+
+    Keep ``x`` with probability ``min(1, p[x] / q[x])``; otherwise draw from
+    ``max(0, p - q)`` renormalised.  The id emitted is then distributed as
+    ``p`` whatever ``q`` is.  ``p`` and ``q`` are 1-D probability arrays over
+    the same ids (NumPy), ``rng`` a ``numpy.random.Generator``.  With ``q``
+    one-hot at ``x`` this keeps ``x`` with probability ``p[x]`` and otherwise
+    draws from ``p`` without ``x``, which is what :func:`accept_draft` does
+    by drawing from ``p`` first.
+    """
+    import numpy as np
+
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if q[x] <= 0:
+        raise ValueError("the draft id must have a positive draft probability")
+    if rng.random() < min(1.0, p[x] / q[x]):
+        return x
+    residual = np.maximum(p - q, 0.0)
+    total = residual.sum()
+    if total <= 0:  # p == q: a rejection cannot happen; kept for rounding
+        return x
+    return int(rng.choice(len(p), p=residual / total))
+
+
+class AutoPolicy:
+    """When to draft during one reply.
+
+    ``ngram`` drafts whenever the drafter finds a match.  ``auto`` does too,
+    but gives up for the rest of the reply once drafts keep failing: after
+    ``fail_streak`` drafts in a row with nothing accepted, or after
+    ``min_drafted`` drafted ids of which fewer than ``min_rate`` were
+    accepted, so that fresh prose, where matches are chance, does not pay for
+    batches it throws away.
+    """
+
+    def __init__(self, mode: str, *, fail_streak: int = 4, min_drafted: int = 48, min_rate: float = 0.3) -> None:
+        if mode not in MODES:
+            raise ValueError(f"speculative must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.fail_streak = fail_streak
+        self.min_drafted = min_drafted
+        self.min_rate = min_rate
+        self.drafted = 0
+        self.accepted = 0
+        self._streak = 0
+        self.active = mode != "off"
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Count one verified draft; ``auto`` may turn itself off here."""
+        self.drafted += drafted
+        self.accepted += accepted
+        self._streak = self._streak + 1 if accepted == 0 else 0
+        if self.mode != "auto":
+            return
+        if self._streak >= self.fail_streak:
+            self.active = False
+        elif self.drafted >= self.min_drafted and self.accepted < self.min_rate * self.drafted:
+            self.active = False
