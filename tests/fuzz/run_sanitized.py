@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/fuzz/run_sanitized.py                  # tests/tokenizer, tests/hardening, tests/fuzz
     .venv/bin/python tests/fuzz/run_sanitized.py tests/tokenizer -x -q   # any pytest arguments
+    .venv/bin/python tests/fuzz/run_sanitized.py -x                # options only: added to each default run
 
 The sanitized extension is built from setup.py with ``TOKCHAT_SANITIZE=1``
 (:mod:`build_accel`) into a separate folder (``--build-dir``, default ``/tmp/tokchat-sanitized``);
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir(parents=True)
     boot, env = _BOOT.format(lib=str(lib)), sanitized_env(cc, reports)
-    runs = [pytest_args] if pytest_args else [[*r, "-q", "-p", "no:cacheprovider"] for r in DEFAULT_RUNS]
+    # arguments that name a test path replace the default runs; options alone (-x, -k ...) go to each of them
+    paths = any((ROOT / a.split("::")[0]).exists() for a in pytest_args if not a.startswith("-"))
+    runs = [pytest_args] if paths else [[*r, "-q", "-p", "no:cacheprovider", *pytest_args] for r in DEFAULT_RUNS]
     worst = 0
     for run in runs:
         code = subprocess.run([sys.executable, "-c", boot, *run], cwd=ROOT, env=env).returncode
