@@ -263,6 +263,7 @@ class RemoteBackend:
         self.prompt_progress: PromptProgress | None = None
         #: the server's own numbers for the last turn
         self.last_counts = ServerCounts()
+        self._last_parser: Any = None
         #: False when the last turn's ids and the server's count disagree (see the module docstring)
         self.last_turn_verified = True
         self.last_turn_note = ""
@@ -335,6 +336,7 @@ class RemoteBackend:
         self._stream = stream
         self.prompt_progress = None
         self.last_counts = parser.counts
+        self._last_parser = parser
         self.last_turn_verified, self.last_turn_note = True, ""
         received: list[int] = []
         expected: int | None = None  # the server's count at the last id we passed on
@@ -431,6 +433,11 @@ class RemoteBackend:
         if problems:
             self.last_turn_verified = False
             self.last_turn_note = "; ".join(problems)
+
+    @property
+    def last_draft_counts(self) -> Any:
+        """The server's own speculation numbers for the last turn (a DraftCounts), None when it sent none."""
+        return getattr(self._last_parser, "draft_counts", None)
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection, Sequence
 
-from backends.base import SamplingParams
+from backends.base import DraftCounts, SamplingParams
 from backends.remote_protocol import Request, ServerCounts, ServerInfo
 
 #: llama-server's stop_type -> our finish reason
@@ -122,6 +122,8 @@ class LlamaCppStream:
         self._done = False
         #: the server's latest prompt progress: (evaluated, to evaluate, seconds since it began), cache excluded
         self.progress: tuple[int, int, float] | None = None
+        #: the server's own speculation numbers (``timings.draft_n`` / ``draft_n_accepted``); None when it reports none
+        self.draft_counts: DraftCounts | None = None
 
     def feed(self, event: dict[str, Any]) -> list[int]:
         counts = self.counts
@@ -141,6 +143,8 @@ class LlamaCppStream:
             counts.evaluated_tokens = int(timings["prompt_n"])
         if timings.get("predicted_per_second"):
             counts.tokens_per_s = float(timings["predicted_per_second"])
+        if "draft_n" in timings:  # only a server started with --spec-type or a draft model sends them
+            self.draft_counts = DraftCounts(int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0)))
         ids = [int(t) for t in event.get("tokens") or []]
         predicted = event.get("tokens_predicted")
         if predicted is not None:
