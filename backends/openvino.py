@@ -109,6 +109,23 @@ def _streamer_class():
     return IdStreamer
 
 
+def block_telemetry() -> None:
+    """Keep OpenVINO's usage telemetry from running: tokchat sends nothing over the network at run time.
+
+    ``openvino.tools.ovc`` (imported on the way to the GGUF reader) sends a
+    Google Analytics event at import, from a ``multiprocessing`` process
+    forked off a thread.  Besides the traffic, that fork inherits the engine
+    host's stdin lock held by its reader thread and hangs for good, holding the
+    engine's answer pipe open.  OpenVINO falls back to its own no-op stub when
+    ``openvino_telemetry`` cannot be imported; a ``None`` in ``sys.modules``
+    makes that import fail.
+    """
+    import sys
+
+    if "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
+
+
 class OpenVINOBackend:
     """One GGUF model in an OpenVINO GenAI ``LLMPipeline``."""
 
@@ -120,6 +137,7 @@ class OpenVINOBackend:
         self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
+        block_telemetry()
         try:
             import openvino as ov
             import openvino_genai as og
