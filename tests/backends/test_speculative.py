@@ -1,0 +1,335 @@
+"""Speculative decoding (issue 22) on real models: lossless, counted, cache-exact.
+
+The oracle for every reply is the same llama.cpp backend with speculation
+off, loaded beside it on the same GGUF (Qwen2.5-Coder-0.5B).  The
+acceptance rule is tested statistically on a slice of the model's real
+next-id distribution (chi-square against the target, with a wrong rule as
+the control that the test can fail).  The ``--server`` path reads the
+speculation numbers of a real ``llama-server --spec-type ngram-mod``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from remote_servers import LlamaServer
+
+from backends.base import DraftCounts, LoadOptions, SamplingParams
+from backends.speculative import AutoPolicy, DrafterConfig, NgramDrafter, accept_draft, speculative_accept
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+IM_END = "<|im_end|>"
+
+
+def chat(tokenizer, *turns: str) -> list[int]:
+    """ChatML ids of user/assistant turns, ending with the assistant's open turn."""
+    text = ""
+    for i, turn in enumerate(turns):
+        role = "user" if i % 2 == 0 else "assistant"
+        text += f"<|im_start|>{role}\n{turn}<|im_end|>\n"
+    return tokenizer.encode(text + "<|im_start|>assistant\n", special=True)
+
+
+def rewrite_request() -> str:
+    source = (ROOT / "backends" / "cpu.py").read_text()
+    return f"Rewrite this Python file without its docstrings:\n\n```python\n{source}```"
+
+
+# -- the drafter, the rule and the policy alone ---------------------------------------------------------------
+
+def test_drafter_proposes_what_followed_the_latest_match():
+    drafter = NgramDrafter([1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 6], DrafterConfig(sizes=(3, 2), max_draft=4, min_draft=1))
+    drafter.extend([1, 2, 3])
+    assert drafter.draft() == [7, 8, 6, 1]  # the latest earlier "1 2 3" was followed by 7 8 6
+    assert drafter.draft(limit=2) == [7, 8]
+    drafter.extend([42])
+    assert drafter.draft() == []  # "3 42" and "2 3 42" never occurred before
+
+
+def test_drafter_prefers_the_longest_match_and_never_matches_itself():
+    # "5 6" last occurred before 0; "4 5 6" occurred before 7: the longer match wins
+    drafter = NgramDrafter([4, 5, 6, 7, 7, 1, 5, 6, 0, 2, 4, 5, 6], DrafterConfig(sizes=(3, 2), max_draft=3, min_draft=1))
+    assert drafter.draft() == [7, 7, 1]
+    lone = NgramDrafter([1, 2, 3], DrafterConfig(sizes=(2,), max_draft=3, min_draft=1))
+    assert lone.draft() == []  # the trailing "2 3" is the context itself, not an earlier occurrence
+
+
+def test_drafter_respects_the_minimum_draft():
+    drafter = NgramDrafter([1, 2, 3, 1, 2], DrafterConfig(sizes=(2,), max_draft=8, min_draft=2))
+    assert drafter.draft() == [3, 1, 2]
+    assert drafter.draft(limit=1) == []
+
+
+def test_accept_draft_counts_the_agreed_prefix():
+    assert accept_draft([5, 6, 7], [5, 6, 9, 1]) == 2
+    assert accept_draft([5, 6], [5, 6, 3]) == 2
+    assert accept_draft([5], [4, 1]) == 0
+
+
+def test_auto_gives_up_on_failing_drafts_and_ngram_does_not():
+    auto, ngram = AutoPolicy("auto", fail_streak=3), AutoPolicy("ngram", fail_streak=3)
+    for policy in (auto, ngram):
+        policy.record(4, 4)
+        policy.record(4, 0)
+        policy.record(4, 0)
+        assert policy.active
+        policy.record(4, 0)
+    assert not auto.active and ngram.active
+    assert (auto.drafted, auto.accepted) == (16, 4)
+    low = AutoPolicy("auto", fail_streak=100, min_drafted=20, min_rate=0.5)
+    for _ in range(5):
+        low.record(4, 1)
+    assert not low.active  # 5 of 20 kept: under half
+    assert not AutoPolicy("off").active
+    with pytest.raises(ValueError, match="auto, off, ngram, draft"):
+        AutoPolicy("sometimes")
+
+
+# -- the acceptance rule against the target distribution --------------------------------------------------------
+
+def chi_square_sf_even(x: float, df: int) -> float:
+    """P(X >= x) for a chi-square variable with an even number of degrees of freedom (closed form)."""
+    m = df // 2
+    half = x / 2
+    return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(m))
+
+
+def chi_square(counts: np.ndarray, p: np.ndarray) -> float:
+    expected = p * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.fixture(scope="module")
+def real_slices(qwen_path):
+    """Two real next-id distributions of Qwen2.5-Coder-0.5B over the same 7 ids (its top 7 after one prompt)."""
+    from backends.cpu import llama_default_threads
+    from backends.llama_engine import EngineParams, LlamaEngine
+    from tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(qwen_path)
+    engine = LlamaEngine(qwen_path, EngineParams(n_ctx=512, n_threads=llama_default_threads()))
+    try:
+        def logits(text: str) -> np.ndarray:
+            engine.truncate(0)
+            engine.decode(chat(tokenizer, text))
+            pointer = engine._lib.llama_get_logits_ith(engine.ctx, -1)
+            return np.ctypeslib.as_array(pointer, shape=(engine.n_vocab,)).astype(np.float64)
+
+        target = logits("Name a colour.")
+        other = logits("Name a fruit.")
+    finally:
+        engine.close()
+    ids = np.argsort(target)[-7:]
+
+    def softmax(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - x.max())
+        return e / e.sum()
+
+    # temperature 2 flattens the slice so that every id is drawn often enough for the test
+    return softmax(target[ids] / 2), softmax(other[ids] / 2)
+
+
+@pytest.mark.parametrize("draft", ["one-hot", "draft model"])
+def test_speculative_acceptance_keeps_the_target_distribution(real_slices, draft):
+    p, q_model = real_slices
+    rng = np.random.default_rng(22)
+    n = 30000
+    counts = np.zeros(len(p))
+    wrong = np.zeros(len(p))  # the control: keeping every draft id gives q, not p
+    for _ in range(n):
+        if draft == "one-hot":
+            x = 1  # a deterministic n-gram draft always proposes the same id here
+            q = np.zeros(len(p))
+            q[x] = 1.0
+        else:
+            q = q_model
+            x = int(rng.choice(len(q), p=q))
+        counts[speculative_accept(p, q, x, rng)] += 1
+        wrong[x] += 1
+    df = len(p) - 1
+    assert df % 2 == 0
+    assert chi_square_sf_even(chi_square(counts, p), df) > 1e-3
+    assert chi_square_sf_even(chi_square(wrong, p), df) < 1e-6  # the test tells a wrong rule apart
+
+
+def test_sampling_first_is_the_one_hot_rule(real_slices):
+    """What the engine does (draw y from p, keep the draft x iff y == x) emits ids distributed as the rule does."""
+    p, _ = real_slices
+    rng = np.random.default_rng(7)
+    x = 3
+    counts = np.zeros(len(p))
+    kept = 0
+    for _ in range(30000):
+        y = int(rng.choice(len(p), p=p))
+        kept += y == x
+        counts[y] += 1
+    assert chi_square_sf_even(chi_square(counts, p), len(p) - 1) > 1e-3
+    # x kept with probability p[x]: within 5 standard deviations
+    assert abs(kept / 30000 - p[x]) < 5 * math.sqrt(p[x] * (1 - p[x]) / 30000)
+
+
+# -- the engine: greedy and seeded replies unchanged, counts, cache, cancel ----------------------------------------
+
+@pytest.fixture(scope="module")
+def pair(qwen_path, tmp_path_factory):
+    """The llama.cpp backend on Qwen2.5-Coder-0.5B twice, in this process: speculation off, and ngram."""
+    from backends.llama_cpp import LlamaCppBackend
+
+    logs = tmp_path_factory.mktemp("spec-logs")
+    loaded = {}
+    for mode in ("off", "ngram"):
+        backend = LlamaCppBackend()
+        backend.load(qwen_path, LoadOptions(n_ctx=4096, speculative=mode, log_path=logs / f"{mode}.log"))
+        loaded[mode] = backend
+    yield loaded
+    for backend in loaded.values():
+        backend.close()
+
+
+@pytest.fixture(scope="module")
+def qwen_tok(qwen_path):
+    from tokenizer import load_tokenizer
+
+    return load_tokenizer(qwen_path)
+
+
+def run(backend, prompt, sampling, stops):
+    return list(backend.generate(prompt, sampling, stops))
+
+
+PROMPTS = {
+    "code rewrite": rewrite_request(),
+    "repeat a list": "Repeat this list exactly, one item a line: apple, pear, plum, fig, kiwi, lime, date, "
+                     "grape, mango, peach, melon, lemon, cherry, quince.",
+    "fresh prose": "Write a short story about a lighthouse keeper.",
+}
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_greedy_reply_is_id_for_id_the_reply_without_speculation(pair, qwen_tok, name):
+    prompt = chat(qwen_tok, PROMPTS[name])
+    stops = {qwen_tok.encode(IM_END, special=True)[0]}
+    sampling = SamplingParams(temperature=0, max_tokens=120)
+    plain = run(pair["off"], prompt, sampling, stops)
+    fast = run(pair["ngram"], prompt, sampling, stops)
+    assert fast == plain
+    counts = pair["ngram"].last_draft_counts
+    assert isinstance(counts, DraftCounts) and pair["off"].last_draft_counts is None
+    assert 0 <= counts.accepted <= counts.drafted
+    assert counts.accepted <= len(fast)
+    if name != "fresh prose":
+        assert counts.accepted > len(fast) // 3  # a copy: most ids come from drafts
+
+
+def test_seeded_sampled_reply_is_unchanged(pair, qwen_tok):
+    """temperature > 0: one random draw per emitted id either way, so the same seed gives the same reply."""
+    prompt = chat(qwen_tok, PROMPTS["code rewrite"])
+    stops = {qwen_tok.encode(IM_END, special=True)[0]}
+    sampling = SamplingParams(temperature=0.8, max_tokens=100, seed=1234)
+    plain = run(pair["off"], prompt, sampling, stops)
+    fast = run(pair["ngram"], prompt, sampling, stops)
+    assert fast == plain
+    assert pair["ngram"].last_draft_counts.accepted > 0
+
+
+def test_multi_turn_reuses_the_cache_exactly(pair, qwen_tok):
+    stops = {qwen_tok.encode(IM_END, special=True)[0]}
+    sampling = SamplingParams(temperature=0, max_tokens=80)
+    first = chat(qwen_tok, PROMPTS["code rewrite"])
+    replies, evaluated = {}, {}
+    for mode, backend in pair.items():
+        reply = run(backend, first, sampling, stops)
+        text = qwen_tok.decode([t for t in reply if t not in stops])
+        second = chat(qwen_tok, PROMPTS["code rewrite"], text, "Now the same file, but keep only the imports.")
+        replies[mode] = (reply, run(backend, second, sampling, stops))
+        evaluated[mode] = backend.last_prompt_evaluated
+        assert backend._engine.tokens == (second + replies[mode][1])[: len(backend._engine.tokens)]
+    assert replies["ngram"] == replies["off"]
+    assert evaluated["ngram"] == evaluated["off"]
+    # the cache holds the prompt and every emitted id but the last, as without speculation
+    assert pair["ngram"]._engine.tokens == pair["off"]._engine.tokens
+
+
+def test_cancel_stops_and_leaves_an_exact_cache(pair, qwen_tok):
+    prompt = chat(qwen_tok, PROMPTS["code rewrite"])
+    stops = {qwen_tok.encode(IM_END, special=True)[0]}
+    sampling = SamplingParams(temperature=0, max_tokens=120)
+    full = run(pair["off"], prompt, sampling, stops)
+    backend = pair["ngram"]
+    got = []
+    for token in backend.generate(prompt, sampling, stops):
+        got.append(token)
+        if len(got) == 10:
+            backend.cancel()
+    assert got == full[:10]
+    assert backend._worker.wait_idle(30)
+    cached = backend._engine.tokens
+    # the engine stopped within one verified batch, its cache a prefix of prompt + reply, nothing drafted left over
+    assert len(prompt) + 9 <= len(cached) < len(prompt) + len(full) - 1
+    assert cached == (prompt + full)[: len(cached)]
+    assert run(backend, prompt, sampling, stops) == full
+
+
+def test_counts_cross_the_engine_process(qwen_path, qwen_tok, tmp_path):
+    from backends.hosted import HostedBackend
+
+    hosted = HostedBackend("llama.cpp")
+    hosted.load(qwen_path, LoadOptions(n_ctx=2048, speculative="auto", log_path=tmp_path / "engine.log"))
+    try:
+        prompt = chat(qwen_tok, PROMPTS["repeat a list"])
+        reply = run(hosted, prompt, SamplingParams(temperature=0, max_tokens=40), set())
+        counts = hosted.last_draft_counts
+        assert isinstance(counts, DraftCounts)
+        assert 0 < counts.accepted <= counts.drafted and counts.accepted <= len(reply)
+    finally:
+        hosted.close()
+
+
+def test_draft_mode_without_support_is_one_clear_error(qwen_path, tmp_path):
+    from backends.base import BackendError
+    from backends.llama_cpp import LlamaCppBackend
+
+    with pytest.raises(BackendError, match="draft"):
+        LlamaCppBackend().load(qwen_path, LoadOptions(speculative="draft", log_path=tmp_path / "e.log"))
+    with pytest.raises(BackendError, match="auto, off, ngram, draft"):
+        LlamaCppBackend().load(qwen_path, LoadOptions(speculative="maybe", log_path=tmp_path / "e.log"))
+
+
+# -- --server: llama-server's own numbers -------------------------------------------------------------------------
+
+def test_remote_llama_server_speculation_numbers(qwen_path, qwen_tok, tmp_path):
+    from backends.remote import RemoteSettings
+    from backends.remote_connect import connect
+
+    server = LlamaServer(qwen_path, tmp_path, ctx=2048,
+                         extra=("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8",
+                                "--spec-ngram-mod-n-min", "4", "--spec-ngram-mod-n-max", "16")).start()
+    try:
+        backend = connect(RemoteSettings(url=server.url), qwen_tok, str(qwen_path))
+        try:
+            prompt = chat(qwen_tok, PROMPTS["code rewrite"])
+            reply = run(backend, prompt, SamplingParams(temperature=0, max_tokens=60), set())
+            counts = backend.last_draft_counts
+            assert isinstance(counts, DraftCounts)
+            assert 0 < counts.accepted <= counts.drafted and counts.accepted <= len(reply)
+        finally:
+            backend.close()
+    finally:
+        server.stop()
+
+
+def test_remote_without_speculation_reports_none():
+    from backends.remote_llamacpp import LlamaCppStream
+
+    stream = LlamaCppStream(None)
+    # the shape of a final event of a llama-server without --spec-type (no draft_n in its timings)
+    stream.feed({"content": "", "tokens": [], "stop": True, "stop_type": "limit", "tokens_predicted": 4,
+                 "timings": {"cache_n": 0, "prompt_n": 12, "predicted_n": 4, "predicted_per_second": 20.0}})
+    assert stream.draft_counts is None
+    stream.feed({"content": "", "tokens": [], "stop": True, "tokens_predicted": 4,
+                 "timings": {"predicted_n": 4, "draft_n": 9, "draft_n_accepted": 3}})
+    assert stream.draft_counts == DraftCounts(9, 3)
