@@ -36,6 +36,7 @@ from app.tui.inspect import InspectorMixin
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.prompt_progress import PromptProgressWatch
 from app.tui.pull import PullMixin
+from app.tui.steer import SteerMixin
 from app.tui.tools import ToolsMixin
 from app.tui.widgets.chat_view import ChatView
 from app.tui.widgets.context_meter import ContextMeter
@@ -59,7 +60,8 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin, PullMixin, ToolsMixin, App):
+class ChatApp(CommandsMixin, SteerMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin, PullMixin,
+              ToolsMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -76,6 +78,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         Binding("escape", "stop", "Stop", tooltip="stop the reply; the partial text is kept"),
         Binding("ctrl+r", "regenerate", "Regen", tooltip="regenerate the last reply"),
         Binding("ctrl+g", "edit_last", "Edit", tooltip="edit the last prompt and resend it"),
+        Binding("ctrl+l", "continue_reply", "Continue", show=False, tooltip="continue the last reply (cut or stopped)"),
         Binding("ctrl+t", "toggle_thinking", "Think", tooltip="show or hide the last thinking block"),
         Binding("ctrl+o", "copy_reply", "Copy", tooltip="copy the last reply"),
         Binding("ctrl+b", "toggle_history", "History", tooltip="stored conversations"),
@@ -226,6 +229,7 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             await self.chat_view.add_notice(chat.template_notice, "warning")
         for note in getattr(chat.info, "notes", []):
             await self.chat_view.add_notice(note)
+        self.apply_remembered()  # app.tui.steer: thinking and budget remembered for this model
         self.update_meter()
         self.on_model_ready()
         self.start_tools()
@@ -370,11 +374,16 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
             self.meter.limit = self.chat.context_size
 
     # ------------------------------------------------------------ streaming
-    async def start_reply(self, make_events: Callable[[], Iterator[Any]], user_text: str | None) -> None:
-        """Open a reply widget and run ``make_events`` (session.send/regenerate/edit) in a worker."""
+    async def start_reply(self, make_events: Callable[[], Iterator[Any]], user_text: str | None, *,
+                          into: AssistantMessage | None = None, opening: str = "") -> None:
+        """Open a reply widget and run ``make_events`` (session.send/regenerate/edit) in a worker.
+
+        ``into``: the reply widget a continuation streams into (/continue); ``opening``: the reply's
+        start the user wrote (/reply), shown at once and marked as theirs."""
         session = self.session
         #: the path's last message before this turn: still last afterwards when the session refused the turn
-        self._turn_base = session.messages[-1] if session.messages else None
+        #: (a continuation grows that same message: never taken for a refusal)
+        self._turn_base = (session.messages[-1] if session.messages else None) if into is None else object()
         #: what the user typed for this turn (None for a regenerate), put back if the turn is refused
         self._turn_typed = self.prompt_input.sent[-1] if user_text is not None and self.prompt_input.sent else None
         self._meter_base = session.context_used + (session.draft_tokens(user_text) if user_text else 0)
@@ -383,7 +392,13 @@ class ChatApp(CommandsMixin, HistoryMixin, InspectorMixin, AttachMixin, Branches
         self._errors = []
         self.meter.draft = 0
         self.meter.used = self._meter_base
-        self.reply = await self.chat_view.add_assistant()
+        if into is not None:
+            into.reopen()
+            self.reply = into
+        else:
+            self.reply = await self.chat_view.add_assistant()
+        if opening:
+            await self.reply.show_opening(opening)
         buffer = EventBuffer(lambda: self.post_message(self.ReplyArrived(buffer)))
         self._buffer = buffer
         self.generating = True

@@ -13,7 +13,7 @@ from typing import Iterable
 from textual.screen import Screen
 from textual.app import SystemCommand
 
-from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text, parse_on_off
+from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text
 
 
 class CommandsMixin:
@@ -86,15 +86,6 @@ class CommandsMixin:
                           context_size=self.chat.context_size, enable_thinking=session.enable_thinking)
         new.load_messages([m for m in session.messages if m.role != "system"], session.branches)
         return new
-
-    async def cmd_think(self, arg: str) -> None:
-        session = self._need_session("think")
-        value = (not session.enable_thinking) if not arg else parse_on_off(arg, "think")
-        if not session.template.supports_thinking:
-            self.notify(f"Template {session.template.name} has no thinking switch; "
-                        "reasoning in <think> tags is still shown", severity="warning")
-        session.enable_thinking = value
-        self.notify(f"Thinking {'on' if value else 'off'}")
 
     async def _sampling(self, name: str, arg: str) -> None:
         # allowed while a reply streams: a turn copies the sampling settings when it starts
@@ -211,6 +202,7 @@ class CommandsMixin:
     async def cmd_help(self, arg: str) -> None:
         keys = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
                 ("Esc / Ctrl+C", "stop the reply"), ("Esc (editing)", "cancel the edit"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
+                ("Ctrl+L", "continue the last reply"), ("f (history list)", "fork a conversation"),
                 ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
                 ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
                 ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),

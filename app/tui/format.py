@@ -39,6 +39,14 @@ def stats_line(stats: Any) -> str:
         parts.append("unverified: the server's count differs")
     if getattr(stats, "dropped_turns", 0):
         parts.append(f"dropped {stats.dropped_turns} old turn(s)")
+    if getattr(stats, "opening_tokens", 0):
+        parts.append(f"your start {stats.opening_tokens} (in prompt)")
+    if getattr(stats, "parts", None):
+        parts.append(f"{len(stats.parts)} parts (" + " + ".join(str(p["completion_tokens"]) for p in stats.parts) + ")")
+    if getattr(stats, "reasoning_cut", False):
+        parts.append("reasoning budget reached")
+    if getattr(stats, "cache_cut_tokens", 0):
+        parts.append(f"cache cut {stats.cache_cut_tokens} (the template rewrote earlier turns)")
     if getattr(stats, "tool_call_tokens", 0) or getattr(stats, "model_steps", 1) > 1:
         parts.append(f"{stats.model_steps} steps · tool calls {stats.tool_call_tokens} · "
                      f"tool results {stats.tool_result_tokens}")

@@ -16,7 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clear": ("", "clear this conversation's turns, keeping the system prompt and settings"),
     "system": ("TEXT", "set the system prompt (empty: none)"),
     "template": ("NAME", "switch chat template: auto | model | chatml | llama3 | gemma"),
-    "think": ("on|off", "enable or disable thinking where the template supports it"),
+    "think": ("on|off|budget N", "thinking on or off as the template defines it; budget N: close the think "
+              "block after N tokens (off: no limit); remembered for this model"),
     "temp": ("X", "sampling temperature (0 = greedy)"),
     "top_p": ("X", "nucleus sampling threshold"),
     "top_k": ("N", "keep the N most likely tokens"),
@@ -25,6 +26,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "max_tokens": ("N", "most tokens in one reply"),
     "seed": ("N|none", "random seed"),
     "regen": ("", "regenerate the last reply"),
+    "continue": ("", "continue the last reply (cut by max_tokens or stopped) from its ids (Ctrl+L)"),
+    "reply": ("[TEXT]", "a new reply to the last prompt that starts with TEXT (the model continues it); "
+              "alone: edit the last reply, then Enter continues from your edit"),
+    "fork": ("[N]", "a new conversation holding the messages up to message N (default: all); "
+             "the history links it to this one"),
     "edit": ("", "put the last prompt back in the box; Enter resends it in its place"),
     "copy": ("[code [N]]", "copy the last reply, or its Nth code block (default: the last)"),
     "export": ("[PATH]", "write this conversation as Markdown, or JSON if PATH ends in .json "

@@ -20,6 +20,12 @@ from backends.base import SamplingParams
 from tui_helpers import stable_timings
 
 
+@pytest.fixture(autouse=True)
+def _own_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app writes choices to config.toml (/think remembers per model): never the user's own."""
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "tokchat-config"))
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> ChatStore:
     with ChatStore(tmp_path / "history.sqlite3") as opened:

@@ -32,14 +32,19 @@ class AssistantMessage(Vertical):
     }
     AssistantMessage > Markdown { margin: 0; padding: 0; }
     AssistantMessage > .stats { color: $text-muted; height: auto; display: none; }
+    AssistantMessage > .opening { color: $text-muted; height: auto; display: none; }
+    AssistantMessage.-opening > .opening { display: block; }
     AssistantMessage.-done > .stats { display: block; }
     AssistantMessage.-stopped { border-left: thick $warning; }
     AssistantMessage.-error { border-left: thick $error; }
     """
 
-    def __init__(self, *, content: str = "", reasoning: str = "", stats=None, stored: bool = False) -> None:
-        """A streaming reply, or with ``stored=True`` a finished one shown at once (a resumed chat)."""
+    def __init__(self, *, content: str = "", reasoning: str = "", stats=None, stored: bool = False,
+                 opening: str = "") -> None:
+        """A streaming reply, or with ``stored=True`` a finished one shown at once (a resumed chat).
+        ``opening``: the start of ``content`` the user wrote (/reply), marked as theirs."""
         super().__init__()
+        self.opening = opening
         self.content = content
         self.stats = stats
         self._stored_reasoning = reasoning
@@ -48,10 +53,29 @@ class AssistantMessage(Vertical):
 
     def compose(self) -> ComposeResult:
         yield ThinkingBlock(self._stored_reasoning, self.stats.reasoning_tokens if self.stats else None)
+        yield Static(self._opening_text(), classes="opening", markup=False)
         yield Markdown(self.content or None)
         yield Static(self._stats_text(self.stats) if self._stored else "", classes="stats", markup=False)
 
+    def _opening_text(self) -> str:
+        short = self.opening if len(self.opening) <= 60 else self.opening[:59] + "…"
+        return f"✎ you wrote the start: “{short}”" if self.opening else ""
+
+    async def show_opening(self, opening: str) -> None:
+        """The user's start of this reply (/reply): shown as the reply's first text, marked as theirs."""
+        self.opening = opening
+        self.query_one(".opening", Static).update(self._opening_text())
+        self.add_class("-opening")
+        await self.add_content(opening)
+
+    def reopen(self) -> None:
+        """A finished reply streams on (/continue): its stats line waits for the new total."""
+        self.remove_class("-done", "-stopped", "-error")
+        self.query_one(".stats", Static).update("")
+
     def on_mount(self) -> None:
+        if self.opening:
+            self.add_class("-opening")
         if self._stored:
             self.add_class("-done")
             if self.stats is not None and self.stats.finish_reason == "cancelled":

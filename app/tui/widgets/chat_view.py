@@ -99,7 +99,7 @@ class ChatView(VerticalScroll):
 
             return ToolCallBlock.stored(getattr(self, "_calls", {}).get(id(message)), message)
         return AssistantMessage(content=message.content, reasoning=message.reasoning,
-                                stats=message.stats, stored=True)
+                                stats=message.stats, stored=True, opening=getattr(message, "opening", ""))
 
     async def on_earlier_messages_requested(self, message: EarlierMessages.Requested) -> None:
         message.stop()

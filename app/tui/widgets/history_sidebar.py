@@ -1,7 +1,8 @@
 """The history sidebar: stored conversations, newest first, with search.
 
 Keys inside the list: Enter resumes, ``r`` renames, ``d`` deletes (after a
-confirmation), ``n`` starts a new chat.  The sidebar only posts messages;
+confirmation), ``n`` starts a new chat, ``f`` forks it (a new conversation
+holding its shown branch, linked to it; a fork's row says so).  The sidebar only posts messages;
 the app talks to the store.
 """
 from __future__ import annotations
@@ -28,7 +29,9 @@ class ConversationItem(ListItem):
     def __init__(self, info) -> None:
         super().__init__(Label(info.title or "(untitled)", markup=False, classes="title"),
                          Label(f"{_when(info.updated_at)} · {info.model_name or '-'} · "
-                               f"{info.message_count} msgs", markup=False, classes="meta"))
+                               f"{info.message_count} msgs"
+                               + (f" · fork of #{info.forked_from}" if getattr(info, "forked_from", None) else ""),
+                               markup=False, classes="meta"))
         self.info = info
 
 
@@ -48,6 +51,7 @@ class HistorySidebar(Vertical):
         Binding("r", "rename", "Rename"),
         Binding("d,delete", "delete", "Delete"),
         Binding("n", "new", "New"),
+        Binding("f", "fork", "Fork"),
     ]
 
     @dataclass
@@ -61,6 +65,11 @@ class HistorySidebar(Vertical):
 
     @dataclass
     class DeleteRequested(Message):
+        conv_id: int
+        title: str
+
+    @dataclass
+    class ForkRequested(Message):
         conv_id: int
         title: str
 
@@ -123,8 +132,13 @@ class HistorySidebar(Vertical):
     def action_new(self) -> None:
         self.post_message(self.NewRequested())
 
+    def action_fork(self) -> None:
+        item = self._highlighted()
+        if item is not None:
+            self.post_message(self.ForkRequested(item.info.id, item.info.title))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # typing in the search box must not rename/delete
-        if action in ("rename", "delete", "new") and isinstance(self.app.focused, Input):
+        if action in ("rename", "delete", "new", "fork") and isinstance(self.app.focused, Input):
             return False
         return True
