@@ -19,7 +19,10 @@ Targets (``TARGETS``):
 ``gguf_arrays``
     the raw C routines of ``_accel_gguf.c`` on hostile arrays:
     ``gguf_strings`` against the Python walker, ``merger_from_gguf`` against
-    ``Merger`` built from strings and the pure-Python rank merge.
+    ``Merger`` built from strings and the pure-Python rank merge; with flag
+    0x04 the token (0x08: the merge) count lies, by one or (0x10) by
+    thousands, and ``merger_from_gguf`` must refuse it with ``ValueError``
+    before reading past the array.
 ``tokenizer_json``
     the input is a ``tokenizer.json``; loaded and probed on both paths.
 ``encode``
@@ -188,7 +191,28 @@ def one_gguf_arrays(data: bytes) -> None:
     merges = _py_strings(merges_raw, 0, _count(merges_raw), True)
     if toks is None or merges is None:
         return
+    if data[4] & 0x04:
+        _lying_counts(accel, data, tokens_raw, merges_raw, len(toks[1]), len(merges[1]))
+        return
     _compare_mergers(accel, toks[1], merges[1], tokens_raw[: toks[0]], merges_raw[: merges[0]], bool(data[4] & 2))
+
+
+def _lying_counts(accel: Any, data: bytes, tokens_raw: bytes, merges_raw: bytes, n_tokens: int,
+                  n_merges: int) -> None:
+    """A count beyond the whole strings an array holds (the bytes after them, a cut-off string, are
+    passed too): the C walker must stop at the end of the buffer and raise ``ValueError``."""
+    from tokenizer.bytelevel import BYTE_TO_CHAR
+
+    lie = 1 + (int.from_bytes(data[0:2], "little") << 4 if data[4] & 0x10 else 0)
+    if data[4] & 0x08:
+        n_merges += lie
+    else:
+        n_tokens += lie
+    got = _outcome(lambda: accel.merger_from_gguf(tokens_raw, n_tokens, merges_raw, n_merges, BYTE_TO_CHAR,
+                                                  bool(data[4] & 2)), (ValueError,))
+    if got[0] != "error":
+        raise Divergence(f"merger_from_gguf accepted {n_tokens} tokens in {len(tokens_raw)} bytes and "
+                         f"{n_merges} merges in {len(merges_raw)} bytes: counts beyond the arrays")
 
 
 def _count(raw: bytes) -> int:

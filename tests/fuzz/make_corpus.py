@@ -153,7 +153,8 @@ def gguf_array_seeds(gguf: dict[str, bytes]) -> dict[str, bytes]:
         tok_raw = b"".join(gguf_string(t) for t in toks)
         merge_raw = b"".join(gguf_string(m) for m in merges)
         off = len(tok_raw)
-        for flags in (0x01, 0x03):
+        # 0x01 decode, 0x02 first merge wins; 0x04 a lying count: of tokens, of merges (0x08), by thousands (0x10)
+        for flags in (0x01, 0x03, 0x05, 0x0D, 0x15, 0x1D):
             # offset = the cut between the arrays; count = the token count
             out[f"{name[:-5]}-{flags}.bin"] = struct.pack("<HHB", off, len(toks), flags) + tok_raw + merge_raw
     return out
