@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FUZZ = ROOT / "tests" / "fuzz"
 TARGETS = ["gguf", "gguf_arrays", "tokenizer_json", "encode", "stream"]
 _STATUS = re.compile(r"^#(\d+)\s+(\w+)\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
-_DONE = re.compile(r"^Done (\d+) runs in (\d+) second")
+_DONE = re.compile(r"^Done (\d+) runs in (\d+) second|^stat::number_of_executed_units: (\d+)")
 
 
 @dataclass
@@ -95,7 +95,7 @@ def run_target(target: str, work: Path, seconds: float, runs: int, max_findings:
                 res.cov, res.ft, res.corpus = int(m.group(3)), int(m.group(4)), int(m.group(5))
             d = _DONE.match(line)
             if d:
-                last_execs = int(d.group(1))
+                last_execs = int(d.group(1) or d.group(3))
         # wait4, not wait: the rusage of this fuzzer process alone (threads run concurrently)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)

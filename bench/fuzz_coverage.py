@@ -1,7 +1,7 @@
 """Line and branch coverage of the tokenizer's C accelerator reached by the fuzz corpora (gcc + gcov).
 
     .venv/bin/python bench/fuzz_coverage.py                      # committed corpus + crashes + the campaign's
-    .venv/bin/python bench/fuzz_coverage.py --work /tmp/tokchat-fuzz-campaign --targets gguf encode
+    .venv/bin/python bench/fuzz_coverage.py --work /tmp/tokchat-fuzz-campaign /tmp/other --targets gguf encode
     .venv/bin/python bench/fuzz_coverage.py --no-campaign         # the committed corpus alone (what CI replays)
 
 atheris measures coverage of the tokenizer's *Python* code only (see
@@ -17,7 +17,8 @@ paths, compared) in a fresh interpreter, and reads the counters with
 Prints, per C file: executable lines and branches, the share reached by all
 targets together, and the line share each target reaches alone; then the C
 functions no input called.  The table also goes to ``--out/coverage.md`` and
-the raw numbers to ``coverage.json``.  An input that makes a target raise is
+the raw numbers to ``coverage.json``; ``missed.txt`` lists every line no
+input reached, with its source.  An input that makes a target raise is
 counted and named (the replay goes on); one that kills the interpreter loses
 that target's counters and is reported as such.
 """
@@ -64,11 +65,9 @@ Lines = dict[tuple[str, int], bool]
 Branches = dict[tuple[str, int, int], bool]
 
 
-def folders_for(target: str, work: Path | None) -> list[Path]:
-    """The inputs of one target: committed seeds, crash reproducers, and the campaign's corpus if any."""
-    found = [FUZZ / "corpus" / target, FUZZ / "crashes" / target]
-    if work is not None:
-        found.append(work / target / "corpus")
+def folders_for(target: str, works: list[Path]) -> list[Path]:
+    """The inputs of one target: committed seeds, crash reproducers, and the campaigns' corpora if any."""
+    found = [FUZZ / "corpus" / target, FUZZ / "crashes" / target, *(work / target / "corpus" for work in works)]
     return [f for f in found if f.is_dir()]
 
 
@@ -109,6 +108,15 @@ def share(hits: dict, name: str) -> tuple[int, int]:
     return sum(mine), len(mine)
 
 
+def missed_lines(lines: Lines) -> str:
+    """Every executable line no input reached, as ``file:line: source`` (what the next seeds should aim at)."""
+    out = []
+    for name, number in sorted(key for key, hit in lines.items() if not hit):
+        source = (ROOT / "tokenizer" / name).read_text(errors="replace").splitlines()
+        out.append(f"{name}:{number}: {source[number - 1].strip() if number <= len(source) else '?'}")
+    return "\n".join(out) + "\n"
+
+
 def pct(reached: int, total: int) -> str:
     return f"{100 * reached / total:.1f}% ({reached}/{total})" if total else "-"
 
@@ -116,12 +124,12 @@ def pct(reached: int, total: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", nargs="+", default=TARGETS, choices=TARGETS)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/tokchat-fuzz-campaign"),
-                        help="the campaign's folder (bench/fuzz_campaign.py --work): its corpora are replayed too")
+    parser.add_argument("--work", type=Path, nargs="+", default=[Path("/tmp/tokchat-fuzz-campaign")],
+                        help="campaign folders (bench/fuzz_campaign.py --work): their corpora are replayed too")
     parser.add_argument("--no-campaign", action="store_true", help="replay the committed corpus and crashes only")
     parser.add_argument("--out", type=Path, default=Path("/tmp/tokchat-fuzz-coverage"))
     args = parser.parse_args(argv)
-    work = None if args.no_campaign or not args.work.is_dir() else args.work.resolve()
+    works = [] if args.no_campaign else [w.resolve() for w in args.work if w.is_dir()]
     out = args.out.resolve()
     sys.path.insert(0, str(FUZZ))
     from build_accel import build
@@ -137,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for target in args.targets:
         for gcda in objects.rglob("*.gcda"):
             gcda.unlink()  # each target's counters alone
-        folders = folders_for(target, work)
+        folders = folders_for(target, works)
         done = subprocess.run([sys.executable, "-c", _REPLAY, str(lib), str(FUZZ), target, *map(str, folders)],
                               cwd=ROOT, env=env, capture_output=True, text=True, errors="replace")
         report = next((json.loads(ln[7:]) for ln in done.stdout.splitlines() if ln.startswith("REPLAY ")), None)
@@ -173,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         cells += [pct(sum(pick(hits).values()), len(pick(hits))) for hits in per_target.values()]
         rows.append(f"| {'**all**' if name == 'all' else name} | " + " | ".join(cells) + " |")
     inputs = sum(r["inputs"] for r in replays.values())
-    source = "committed corpus and crashes" + (f" + campaign corpus ({work})" if work else "")
+    source = "committed corpus and crashes" + (f" + campaign corpora ({', '.join(map(str, works))})" if works else "")
     text = "\n".join([f"C coverage of tokenizer/_accel* by {inputs:,} fuzz inputs ({source}); gcc --coverage -O0",
                       "", *rows])
     never = {name: sorted(fn for fn, n in fns.items() if n == 0) for name, fns in sorted(union_calls.items())}
@@ -182,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "coverage.md").write_text(text + "\n")
+    (out / "missed.txt").write_text(missed_lines(union_lines))
+    print(f"lines no input reached, with their source: {out / 'missed.txt'}", flush=True)
     summary = {name: {"lines": share(union_lines, name), "branches": share(union_branches, name),
                       "per_target_lines": {t: share(h, name) for t, h in per_target.items()}} for name in files}
     (out / "coverage.json").write_text(json.dumps({"replays": replays, "files": summary,
