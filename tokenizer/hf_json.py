@@ -225,7 +225,8 @@ def _load_tokenizer_json(path: Path) -> Tokenizer:
 
     def unknown(part: str) -> list[int]:
         if model.get("byte_fallback"):
-            found = [vocab.get(f"<0x{b:02X}>") for b in part.encode("utf-8")]
+            # a lone surrogate (pasted text, a JSON "\udc80") falls back to its UTF-8-like bytes, as in loader.py
+            found = [vocab.get(f"<0x{b:02X}>") for b in part.encode("utf-8", "surrogatepass")]
             if all(t is not None for t in found):
                 return found  # type: ignore[return-value]
         # HF looks up each character; unknown ones become unk or vanish
