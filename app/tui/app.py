@@ -37,7 +37,9 @@ from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.prompt_progress import PromptProgressWatch
 from app.tui.pull import PullMixin
 from app.tui.steer import SteerMixin
+from app.tui.paste_chips import PasteChipsMixin
 from app.tui.tools import ToolsMixin
+from app.tui.widgets.attachment_chips import AttachmentChips
 from app.tui.widgets.chat_view import ChatView
 from app.tui.widgets.context_meter import ContextMeter
 from app.tui.widgets.model_bar import ModelBar
@@ -60,8 +62,8 @@ def error_text(exc: BaseException) -> str:
     return user_message(exc) or f"{type(exc).__name__}: {exc}"
 
 
-class ChatApp(CommandsMixin, SteerMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin, PullMixin,
-              ToolsMixin, App):
+class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin,
+              PullMixin, ToolsMixin, App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -145,6 +147,7 @@ class ChatApp(CommandsMixin, SteerMixin, HistoryMixin, InspectorMixin, AttachMix
             yield from self.compose_history()
             with Vertical(id="chat-column"):
                 yield ChatView()
+                yield AttachmentChips()
                 yield PromptInput(id="prompt")
         with Horizontal(id="footer-bar"):
             yield Footer()
@@ -174,6 +177,7 @@ class ChatApp(CommandsMixin, SteerMixin, HistoryMixin, InspectorMixin, AttachMix
                 self.notify(f"unknown theme {self.options.theme!r}; choose one with Ctrl+P > Change theme",
                             severity="warning")
         await self.chat_view.show_welcome()
+        self.prompt_input.chip_rule = self.paste_is_chip  # app.tui.paste_chips
         self.prompt_input.focus()
         # after the first frame: the load thread would otherwise compete with it for the GIL
         self.call_after_refresh(self.start_load)

@@ -131,4 +131,5 @@ class AttachMixin:
             files.append(file)
         message = self._count(compose(draft, files)) if files or draft.strip() else 0
         boxes.first().border_subtitle = (f"📎 {' · '.join(parts)} · message {message} tokens" if parts else "")
+        self.refresh_chips()  # app.tui.paste_chips: one chip per held attachment
         return message

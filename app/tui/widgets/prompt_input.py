@@ -11,7 +11,9 @@ leaves it, and the app ends it whenever the conversation on screen changes
 (new chat, /clear, another conversation, another model), so an edit can
 never be sent into a conversation it was not started in.  A bracketed paste
 is text: inserted in order with control characters made visible
-(:func:`app.tui.inert.inert_text`), never read as keys, never sent.
+(:func:`app.tui.inert.inert_text`), never read as keys, never sent.  A large
+one (``chip_rule`` says so) is posted as :class:`PromptInput.ChipPasted`
+instead, and the app holds it as an attachment chip (:mod:`app.tui.paste_chips`).
 """
 from __future__ import annotations
 
@@ -52,6 +54,13 @@ class PromptInput(TextArea):
         editing: bool = False
 
     @dataclass
+    class ChipPasted(Message):
+        """A paste too large for the box (see ``chip_rule``): the app holds it as an attachment."""
+
+        input: "PromptInput"
+        text: str
+
+    @dataclass
     class EditEnded(Message):
         """Edit mode ended without a resend; ``why`` is shown to the user."""
 
@@ -64,6 +73,8 @@ class PromptInput(TextArea):
         self.sent: list[str] = []
         # index into ``sent`` while recalling; None when not recalling
         self._recall: int | None = None
+        #: text -> whether a paste of it becomes an attachment chip (set by the app; None: never)
+        self.chip_rule = None
 
     # -- edit mode ------------------------------------------------------------------------------
 
@@ -108,6 +119,9 @@ class PromptInput(TextArea):
         if self.read_only:
             return
         text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        if self.chip_rule is not None and self.chip_rule(text):
+            self.post_message(self.ChipPasted(self, text))
+            return
         result = self._replace_via_keyboard(inert_text(text), *self.selection)
         if result:
             self.move_cursor(result.end_location)
