@@ -180,6 +180,8 @@ def _stats_line(m: StoredMessage) -> str:
         parts.append(f"{m.tokens_per_s:.1f} tokens/s")
     if m.finish_reason and m.finish_reason != "stop":
         parts.append(m.finish_reason)
+    if m.stats and m.stats.get("parts"):  # a continued reply (/continue)
+        parts.append(f"{len(m.stats['parts'])} parts: " + " + ".join(str(p.get("completion_tokens")) for p in m.stats["parts"]))
     return " · ".join(parts)
 
 
@@ -208,6 +210,9 @@ def to_markdown(conv: Conversation) -> str:
     if info.sampling:
         out.append("- Sampling: " + ", ".join(f"{k} {v}" for k, v in info.sampling.items() if v is not None))
     out.append(f"- Started: {_when(info.created_at)} · {len(conv.messages)} messages")
+    if info.forked_from is not None:
+        out.append(f"- Forked from conversation {info.forked_from}"
+                   + (f" at message {info.forked_at}" if info.forked_at is not None else ""))
     out.append("")
     if info.system_prompt:
         out += ["## System", "", info.system_prompt, ""]
@@ -219,6 +224,8 @@ def to_markdown(conv: Conversation) -> str:
         out += [f"## {m.role.capitalize()}", "", f"*{_when(m.created_at)}*", ""]
         if m.reasoning:
             out += ["<details>", "<summary>Reasoning</summary>", "", m.reasoning.strip(), "", "</details>", ""]
+        if m.opening:
+            out += [f"*The start of this reply was written by the user: “{m.opening}”*", ""]
         if m.content.strip() or not tool.get("tool_calls"):
             out += [m.content.strip() or "*(empty)*", ""]
         for call in tool.get("tool_calls") or []:

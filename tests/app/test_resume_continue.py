@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from app.export import conversation_from_json, to_json
+from app.export import conversation_from_json, to_json, to_markdown
 from app.headless import run_headless
 from app.options import ChatOptions
 from app.recorder import HistoryRecorder
@@ -109,6 +109,10 @@ def test_openings_ids_and_fork_links_survive_store_export_and_import(tmp_path):
         text = to_json(store.load(fork_id))
     data = json.loads(text)
     assert data["forked_from"] == conv_id and data["messages"][1]["opening"] == "It is"
+    markdown = to_markdown(fork)
+    assert f"- Forked from conversation {conv_id} at message {reply.id}" in markdown
+    assert "*The start of this reply was written by the user: “It is”*" in markdown
+    assert "2 parts: 1 + 2" in markdown
     back = conversation_from_json(text)
     with ChatStore(tmp_path / "b.sqlite3") as other:
         new_id = other.import_conversation(back.info, back.messages, back.branches)
