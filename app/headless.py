@@ -184,9 +184,13 @@ def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextI
     Returns "continue", "send", or "refused" (one line said why on ``err``)."""
     session.reasoning_budget = options.reasoning_budget
     if options.resume is not None:
-        from app.resume import resume_into
+        from app.resume import ResumeError, resume_into
 
-        resume_into(session, options.resume, recorder)
+        try:
+            resume_into(session, options.resume, recorder)
+        except ResumeError as exc:
+            print(f"tokchat: {exc}", file=err)
+            return "refused"
     if not options.continue_reply:
         return "send"
     why = session.continue_refusal()

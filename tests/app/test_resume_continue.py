@@ -156,3 +156,28 @@ def test_a_schema_4_database_upgrades_and_keeps_its_chats(tmp_path):
     # and the read-only path (export, --list) reads the upgraded file
     with ChatStore(path, readonly=True) as store:
         assert [m.content for m in store.load(1).messages] == ["Hi", "Hello"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--continue"], "--continue continues a stored reply: give --resume ID"),
+    (["--resume", "3", "--continue", "--prompt", "x"], "--continue continues a stored reply"),
+    (["--reasoning-budget", "-5", "--prompt", "x"], "must be at least -1"),
+])
+def test_bad_steering_flags_are_one_line_and_exit_2(argv, says, capsys, tmp_path, monkeypatch):
+    from app.cli import main
+
+    monkeypatch.setenv("TOKCHAT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+    assert not (tmp_path / "history.sqlite3").exists()
+
+
+def test_resume_of_a_missing_conversation_is_one_line(smollm_path, tmp_path):
+    db = tmp_path / "history.sqlite3"
+    with ChatStore(db):
+        pass
+    status, out, err = _run(_options(smollm_path, resume=99, continue_reply=True, max_tokens=8), db)
+    assert status == 2 and out == ""
+    assert err.strip().splitlines()[-1].startswith("tokchat: --resume 99: no conversation 99 in the history")

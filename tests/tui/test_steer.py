@@ -180,3 +180,21 @@ async def test_think_budget_refuses_a_bad_number(scripted_app, config_dir):
         await send(pilot, "/think budget lots")
         assert app.session.reasoning_budget is None and not (config_dir / "config.toml").exists()
         assert any("whole number" in str(n.message) for n in app._notifications)
+
+
+async def test_f_in_the_history_list_forks_a_stored_conversation_and_opens_it(scripted_app, store):
+    app = scripted_app(["One.", "Two."])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "a")
+        await wait_reply(pilot)
+        source = app.recorder.conversation_id
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: len(app.query("ConversationItem")) == 1, what="the history list")
+        await pilot.press("f")
+        await wait_for(pilot, lambda: app.recorder.conversation_id != source, what="the fork to open")
+        fork = store.load(app.recorder.conversation_id)
+        assert fork.info.forked_from == source and [m.content for m in fork.messages] == ["a", "One."]
+        assert [m.content for m in app.session.messages] == ["a", "One."]
+        await wait_for(pilot, lambda: any("fork of #" in str(label.render())
+                                          for label in app.query(".meta")), what="the fork's row")
