@@ -181,8 +181,17 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
 
 def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> str:
     """``--resume ID`` loads a stored conversation; ``--continue`` then continues its last reply.
-    Returns "continue", "send", or "refused" (one line said why on ``err``)."""
+    Returns "continue", "send", or "refused" (one line said why on ``err``).
+    Thinking and the reasoning budget remembered for the model (``[models.NAME]``, app.model_memory)
+    apply unless given for this run."""
+    from app.config import ConfigError
+    from app.model_memory import apply_remembered
+
     session.reasoning_budget = options.reasoning_budget
+    try:
+        apply_remembered(options, session, session.backend.info.model_name)
+    except ConfigError as exc:
+        print(f"tokchat: {exc}", file=err)
     if options.resume is not None:
         from app.resume import ResumeError, resume_into
 

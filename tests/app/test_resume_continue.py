@@ -181,3 +181,28 @@ def test_resume_of_a_missing_conversation_is_one_line(smollm_path, tmp_path):
     status, out, err = _run(_options(smollm_path, resume=99, continue_reply=True, max_tokens=8), db)
     assert status == 2 and out == ""
     assert err.strip().splitlines()[-1].startswith("tokchat: --resume 99: no conversation 99 in the history")
+
+
+def test_headless_applies_what_the_tui_remembered_for_the_model_unless_a_flag_says(smollm_path, tmp_path,
+                                                                                    monkeypatch):
+    from app.model_memory import remember
+    from backends.scripted import ScriptedBackend
+    from tokenizer import load_tokenizer
+
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path))
+    remember("scripted-model", thinking=False, reasoning_budget=5)
+    tok = load_tokenizer(smollm_path)
+    prompts = []
+
+    def backend():
+        scripted = ScriptedBackend(lambda p: (prompts.append(tok.decode(p)), tok.encode("Four.") + [tok.eos_id])[1])
+        scripted.info.model_name = "scripted-model"
+        return scripted
+
+    options = _options(smollm_path, prompt="2+2?", max_tokens=16, template="chatml-think", history=False)
+    out, err = io.StringIO(), io.StringIO()
+    assert run_headless(options, backend=backend(), out=out, err=err) == 0
+    assert prompts[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    flagged = _options(smollm_path, prompt="2+2?", max_tokens=16, template="chatml-think", history=False, think=True)
+    assert run_headless(flagged, backend=backend(), out=out, err=err) == 0
+    assert prompts[-1].endswith("<|im_start|>assistant\n")
