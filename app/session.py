@@ -544,9 +544,7 @@ class ChatSession:
     def _cache_cut(self, prompt: BuiltPrompt) -> int:
         """Ids of what the backend holds that ``prompt`` does not start with (its cache loses them)."""
         held = self._builder.held_ids
-        if prompt.reused or not held:
-            return 0
-        return len(held) - _common_prefix(held, prompt.ids)
+        return len(held) - _common_prefix(held, prompt.ids) if held else 0
 
     def _stream(self, prompt: BuiltPrompt, turn: _Turn, commit: Any) -> Iterator[ReplyEvent]:
         """Generate after ``prompt.ids`` (the decoder and think filter of ``turn`` already set), then

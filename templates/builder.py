@@ -56,12 +56,42 @@ class PromptBuilder:
         """Render ``messages`` (and ``tools``) with a generation prompt; encode what is not cached yet."""
         rendered = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking,
                                         tools=tools)
-        for base in self._bases:
-            if base.ids and rendered.text.startswith(base.text):
-                new = self._continuation(base, rendered)
-                if new is not None:
-                    return BuiltPrompt(rendered, list(base.ids) + new, len(base.ids))
-        return BuiltPrompt(rendered, prompt_ids(self.tokenizer, rendered), 0)
+        prefixes = [base for base in self._bases if base.ids and rendered.text.startswith(base.text)]
+        for base in prefixes:
+            new = self._continuation(base, rendered)
+            if new is not None:
+                return BuiltPrompt(rendered, list(base.ids) + new, len(base.ids))
+        full = prompt_ids(self.tokenizer, rendered)
+        for base in prefixes:
+            cut = self._shared_boundary(full, rendered.text, base.text)
+            if cut is not None:
+                return BuiltPrompt(rendered, list(base.ids) + full[cut:], len(base.ids))
+        return BuiltPrompt(rendered, full, 0)
+
+    def _shared_boundary(self, full: list[int], text: str, base_text: str) -> int | None:
+        """The index in ``full`` (``text`` encoded whole) where ``base_text`` ends, when the whole
+        encode has an id boundary exactly there; else None.
+
+        Then the ids after it are the whole encode's own, and the ids before it may be the
+        base's as sent: the cache is kept up to there.  This is how a template that drops the
+        last reply's reasoning (Qwen3, DeepSeek R1) costs only the reply: the previous prompt
+        is kept id for id and the cut falls exactly where the reasoning began.  Extra bytes an
+        encode puts before the text (a BOS, a space prefix) are allowed for.
+        """
+        tok = self.tokenizer
+        sizes = [len(tok.token_bytes(i)) for i in full]
+        extra = sum(sizes) - len(text.encode("utf-8", "surrogatepass"))
+        if extra < 0:
+            return None
+        target = extra + len(base_text.encode("utf-8", "surrogatepass"))
+        done = 0
+        for index, size in enumerate(sizes):
+            if done == target:
+                return index if index > 0 else None
+            if done > target:
+                return None
+            done += size
+        return None
 
     def _continuation(self, base: _Base, rendered: RenderedPrompt) -> list[int] | None:
         """Ids for the text after ``base``, or None if they could differ from a full encode.

@@ -126,3 +126,27 @@ def test_cache_cut_is_counted_with_the_built_in_thinking_template(smollm_path):
     assert stats.cache_cut_tokens == len(first.ids) + len(reply_ids) - kept
     assert kept == len(first.ids)
     assert session.backend.last_prompt_evaluated == len(session.last_prompt.ids) - kept
+
+
+def test_the_cut_keeps_earlier_replies_ids_as_generated(smollm_path):
+    """Turn 1's reply was generated as ids a fresh encode would not give; turn 2 reasoned.  Turn 3's
+    prompt keeps turn 1's ids as generated and turn 2's prompt, and cuts exactly turn 2's reply."""
+    tok = _tokenizer(smollm_path)
+    end = tok.special_tokens["<|im_end|>"]
+    odd = [i for ch in "Hello there" for i in tok.encode(ch)]  # one id per character: not canonical
+    assert odd != tok.encode("Hello there")
+    thought = tok.encode("<think>\nHm.\n</think>\n\nSix.") + [end]
+    replies = [odd + [end], thought, tok.encode("Ten.") + [end]]
+    template, _ = resolve_template("chatml-think", tok)
+    backend = ScriptedBackend(lambda p: replies.pop(0), context_size=2048)
+    session = ChatSession(tok, template, backend=backend, sampling=GREEDY, context_size=2048)
+    list(session.send("Hi"))
+    list(session.send("3+3?"))
+    second = session.last_prompt
+    assert odd + [end] == second.ids[second.ids.index(odd[0]):][: len(odd) + 1]  # turn 1's ids as generated
+    stats = list(session.send("5+5?"))[-1].stats
+    third = session.last_prompt
+    assert third.ids[: len(second.ids)] == second.ids  # turn 1's odd ids and turn 2's prompt, as sent
+    assert third.reused == len(second.ids)
+    assert stats.cache_cut_tokens == len(thought)  # exactly the reply that held the reasoning
+    assert backend.last_prompt_evaluated == len(third.ids) - len(second.ids)

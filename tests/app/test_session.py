@@ -206,9 +206,10 @@ def test_thinking_replies_are_split_and_left_out_of_the_next_prompt(tok):
     assert (session.messages[-1].reasoning, session.messages[-1].content) == ("Let me think.", "The answer is 4.")
     run(session, "Thanks")
     assert "Let me think" not in session.last_prompt.text
-    # history was rewritten, and the previous prompt ends mid-text (its assistant header), where
-    # encoding only the rest could split differently: encoded in full
-    assert session.last_prompt.reused == 0 and len(first.ids) > 0
+    # history was rewritten, and the previous prompt ends mid-text (its assistant header): the whole
+    # render is encoded, and since that encode has an id boundary where the previous prompt ends,
+    # the previous prompt's ids are kept (the cache is cut exactly where the reasoning began)
+    assert session.last_prompt.reused == len(first.ids) > 0
     assert session.last_prompt.ids == full_ids(session)
 
 
@@ -342,7 +343,8 @@ def test_trimmed_history_falls_back_to_a_full_render(llamacpp_models_dir):
     first = session.last_prompt
     run(session, "again")
     assert "Spaces after<|eot_id|>" in session.last_prompt.text
-    assert session.last_prompt.reused == 0 and session.last_prompt.ids == full_ids(session)
+    # the trimmed reply is encoded anew; the previous prompt, where the whole encode has a boundary too, is kept
+    assert session.last_prompt.reused == len(first.ids) and session.last_prompt.ids == full_ids(session)
     assert session.last_prompt.ids[: len(first.ids)] == first.ids  # the backend still reuses its cache
 
 
