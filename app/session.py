@@ -534,7 +534,9 @@ class ChatSession:
             return
         if notice:
             yield ReplyEvent("notice", notice)
-        cut = self._cache_cut(prompt)
+        # what the cache loses when the path before ``new`` is the one generated (a regenerate or an
+        # edit drops the old reply on purpose: not counted)
+        cut = self._cache_cut(prompt) if len(self.messages) == len(before) else 0
         self.messages.extend(new)
         self.last_prompt = prompt
         turn.decoder = self.tokenizer.stream_decoder()

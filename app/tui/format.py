@@ -46,7 +46,7 @@ def stats_line(stats: Any) -> str:
     if getattr(stats, "reasoning_cut", False):
         parts.append("reasoning budget reached")
     if getattr(stats, "cache_cut_tokens", 0):
-        parts.append(f"cache cut {stats.cache_cut_tokens} (the template rewrote earlier turns)")
+        parts.append(f"cache cut {stats.cache_cut_tokens} (earlier turns rewritten)")
     if getattr(stats, "tool_call_tokens", 0) or getattr(stats, "model_steps", 1) > 1:
         parts.append(f"{stats.model_steps} steps · tool calls {stats.tool_call_tokens} · "
                      f"tool results {stats.tool_result_tokens}")

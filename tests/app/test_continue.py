@@ -166,6 +166,14 @@ def test_an_opening_alone_can_be_continued(tok):
     assert reply.stats.parts is not None and reply.stats.opening_tokens == len(tok.encode("Well,"))
 
 
+def test_a_regenerate_is_not_counted_as_a_cache_cut(tok):
+    end = tok.special_tokens["<|im_end|>"]
+    session = scripted(tok, [tok.encode("One.") + [end], tok.encode("Two.") + [end]])
+    run(session.send("Hi"))
+    stats = run(session.regenerate())[-1].stats
+    assert stats.cache_cut_tokens == 0 and session.messages[-1].content == "Two."
+
+
 def test_merge_stats_adds_counts_and_keeps_parts():
     a = TurnStats(new_prompt_tokens=30, prompt_tokens=30, completion_tokens=11, reasoning_tokens=4,
                   ttft_s=0.5, tokens_per_s=10.0, finish_reason="length", model="m")
