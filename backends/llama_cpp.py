@@ -176,7 +176,7 @@ class LlamaCppBackend:
             if not prefilled:
                 return
             sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt)
-            policy = AutoPolicy(self.speculative)
+            policy = AutoPolicy(self.speculative, config=self.drafter_config)
             try:
                 self._decode_loop(prompt, sampling.max_tokens, stops, sampler, policy, emit, cancelled)
             except LlamaEngineError as exc:
@@ -211,7 +211,7 @@ class LlamaCppBackend:
             if policy.active and drafter is not None:
                 drafter.extend((token,))
                 # room for the draft: the context's free positions after ``token``, ids the reply may still emit
-                draft = drafter.draft(min(n_ctx - base - 1, max_tokens - emitted - 1))
+                draft = drafter.draft(min(n_ctx - base - 1, max_tokens - emitted - 1, policy.limit))
             elif drafter is not None:
                 drafter = None  # auto gave up for this reply: no more bookkeeping
             if not draft:

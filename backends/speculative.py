@@ -39,11 +39,13 @@ class DrafterConfig:
     """How the n-gram drafter looks up and how much it proposes (tuned by ``bench/bench_speculative.py``)."""
 
     #: lookup lengths, longest first: a longer match disambiguates repeated code, a shorter one finds more
-    sizes: tuple[int, ...] = (8, 4, 2)
-    #: the most ids one draft proposes
-    max_draft: int = 16
+    sizes: tuple[int, ...] = (12, 6, 3)
+    #: the most ids one draft proposes (a copied run is verified 64 ids a batch)
+    max_draft: int = 64
     #: the fewest ids worth a batch (a 1-id draft rarely pays for the batch)
     min_draft: int = 2
+    #: the first draft's length; it doubles after a draft kept whole and halves after one that failed
+    start_draft: int = 8
 
 
 class NgramDrafter:
@@ -145,10 +147,14 @@ class AutoPolicy:
     batches it throws away.
     """
 
-    def __init__(self, mode: str, *, fail_streak: int = 4, min_drafted: int = 48, min_rate: float = 0.3) -> None:
+    def __init__(self, mode: str, *, fail_streak: int = 4, min_drafted: int = 48, min_rate: float = 0.3,
+                 config: DrafterConfig = DrafterConfig()) -> None:
         if mode not in MODES:
             raise ValueError(f"speculative must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
+        self.config = config
+        #: the next draft's length: long while drafts are kept whole (a copied run), short after a failure
+        self.limit = config.start_draft
         self.fail_streak = fail_streak
         self.min_drafted = min_drafted
         self.min_rate = min_rate
@@ -161,6 +167,10 @@ class AutoPolicy:
         """Count one verified draft; ``auto`` may turn itself off here."""
         self.drafted += drafted
         self.accepted += accepted
+        if accepted == drafted:
+            self.limit = min(2 * self.limit, self.config.max_draft)
+        else:
+            self.limit = max(self.limit // 2, self.config.min_draft)
         self._streak = self._streak + 1 if accepted == 0 else 0
         if self.mode != "auto":
             return

@@ -92,6 +92,21 @@ def test_auto_gives_up_on_failing_drafts_and_ngram_does_not():
         low.record(4, 1)
     assert not low.active  # 5 of 20 kept: under half
     assert not AutoPolicy("off").active
+
+
+def test_draft_length_grows_on_whole_drafts_and_shrinks_on_failures():
+    policy = AutoPolicy("ngram", config=DrafterConfig(max_draft=32, min_draft=2, start_draft=8))
+    assert policy.limit == 8
+    policy.record(8, 8)
+    policy.record(16, 16)
+    assert policy.limit == 32
+    policy.record(32, 32)
+    assert policy.limit == 32  # capped
+    policy.record(32, 5)
+    assert policy.limit == 16
+    for _ in range(5):
+        policy.record(2, 0)
+    assert policy.limit == 2  # never below the minimum draft
     with pytest.raises(ValueError, match="auto, off, ngram, draft"):
         AutoPolicy("sometimes")
 

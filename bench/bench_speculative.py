@@ -1,0 +1,185 @@
+"""Speculative decoding (issue 22): tokchat's n-gram drafts against llama-server's, side by side in one run.
+
+Same model (the ``qwen2.5-coder-0.5b.gguf`` asset), same thread count
+(llama.cpp's default for this CPU, given to both), same machine:
+
+* tokchat's local llama.cpp backend as the chat runs it (the engine host),
+  ``speculative = off`` and ``ngram`` (and ``auto``, the default);
+* ``llama-server`` (the test asset, built from the same llama.cpp sources)
+  with ``--spec-type none``, ``ngram-simple`` and ``ngram-mod`` (its default
+  draft settings for each).
+
+Workloads, greedy, no repetition penalty, ``--ids`` / ``--prose-ids`` ids each (the end of turn
+ignored, as ``bench_engine.py`` does, so every engine emits the same count):
+
+* **code rewrite**: "rewrite this file without its docstrings", a 3.6 kB
+  Python file (``backends/cpu.py`` as of commit fcc16f4, pinned so runs compare);
+* **fresh prose**: "write a story", where matches are chance.
+
+tok/s is the generation speed after the first id (the server's own
+``timings.predicted_per_second``; ours from the ids' arrival times), drafted /
+accepted are each engine's own counts (``last_draft_counts``; the server's
+``timings.draft_n`` / ``draft_n_accepted``).  Rounds rotate the engines' order;
+the table shows medians.  "same ids" says whether each speculating engine's
+reply equals its own engine without speculation (llama.cpp's batched kernel
+rounds differently from the one-id kernel, so a near-tie can tip).
+
+    .venv/bin/python bench/bench_speculative.py [--rounds 2] [--ids 300]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "backends")]
+
+import httpx  # noqa: E402
+from assets import asset_path  # noqa: E402
+
+from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
+from backends.cpu import cpu_model, has_amx, llama_default_threads  # noqa: E402
+from tokenizer import load_tokenizer  # noqa: E402
+
+PINNED_FILE = ("fcc16f4", "backends/cpu.py")
+STORY = "Write a story about a lighthouse keeper who finds a message in a bottle."
+LOCAL_MODES = ("off", "ngram", "auto")
+SERVER_TYPES = ("none", "ngram-simple", "ngram-mod")
+
+
+def chat_ids(tokenizer, question: str) -> list[int]:
+    return tokenizer.encode(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n", special=True)
+
+
+def workloads(tokenizer) -> dict[str, list[int]]:
+    source = subprocess.run(["git", "show", f"{PINNED_FILE[0]}:{PINNED_FILE[1]}"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout
+    rewrite = f"Rewrite this Python file without its docstrings:\n\n```python\n{source}```"
+    return {"code rewrite": chat_ids(tokenizer, rewrite), "fresh prose": chat_ids(tokenizer, STORY)}
+
+
+def local_round(backend, prompt: list[int], n: int) -> tuple[float, tuple[int, int] | None, list[int]]:
+    """(tok/s after the first id, (drafted, accepted), ids) of one greedy reply; the prompt is cached already."""
+    sampling = SamplingParams(temperature=0, max_tokens=n, repeat_penalty=1.0)
+    first = last = None
+    ids = []
+    for token in backend.generate(prompt, sampling, set()):
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        ids.append(token)
+    assert first is not None and last is not None and len(ids) == n
+    counts = getattr(backend, "last_draft_counts", None)
+    return (n - 1) / (last - first), (counts.drafted, counts.accepted) if counts else None, ids
+
+
+def server_round(url: str, prompt: list[int], n: int) -> tuple[float, tuple[int, int] | None, list[int]]:
+    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": True,
+            "ignore_eos": True, "return_tokens": True}
+    answer = httpx.post(url + "/completion", json=body, timeout=900).json()
+    timings = answer["timings"]
+    counts = (int(timings["draft_n"]), int(timings["draft_n_accepted"])) if "draft_n" in timings else None
+    return float(timings["predicted_per_second"]), counts, [int(t) for t in answer["tokens"]]
+
+
+def start_server(model: Path, spec: str, threads: int, log_dir: Path):
+    from remote_servers import free_port
+
+    port = free_port()
+    args = [str(asset_path("llama-server") / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
+            "--port", str(port), "-c", "4096", "-np", "1", "-t", str(threads), "-tb", str(threads),
+            "--spec-type", spec]
+    log = open(log_dir / f"server-{spec}.log", "wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server --spec-type {spec} exited; log in {log_dir}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"llama-server --spec-type {spec} did not start")
+
+
+def first_difference(a: list[int], b: list[int]) -> str:
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return "yes" if i is None and len(a) == len(b) else f"no (from id {i})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ids", type=int, default=300, help="ids per code-rewrite reply")
+    parser.add_argument("--prose-ids", type=int, default=300, help="ids per prose reply")
+    parser.add_argument("--only", default="code rewrite,fresh prose")
+    args = parser.parse_args()
+    model = asset_path("qwen2.5-coder-0.5b.gguf")
+    threads = llama_default_threads()
+    tokenizer = load_tokenizer(model)
+    loads = [os.getloadavg()[0]]
+    print(f"CPU: {cpu_model()} (AMX {'yes' if has_amx() else 'no'}), {os.cpu_count()} CPUs, {threads} threads "
+          f"each; model {model.name}; {args.ids} ids greedy, {args.rounds} round(s)")
+    chosen = {k: v for k, v in workloads(tokenizer).items() if k in args.only.split(",")}
+    # results[workload][engine] = list of (tok/s, counts, ids)
+    results: dict[str, dict[str, list]] = {w: {} for w in chosen}
+    with tempfile.TemporaryDirectory() as tmp:
+        engines = {}
+        servers = []
+        try:
+            for mode in LOCAL_MODES:
+                backend = open_backend(model, LoadOptions(backend="cpu", n_ctx=4096, n_threads=threads,
+                                                          speculative=mode, log_path=Path(tmp) / f"{mode}.log"))
+                engines[f"tokchat {mode}"] = (lambda p, n, b=backend: local_round(b, p, n))
+                servers.append(backend)
+            for spec in SERVER_TYPES:
+                proc, url = start_server(model, spec, threads, Path(tmp))
+                servers.append(proc)
+                engines[f"llama-server {spec}"] = (lambda p, n, u=url: server_round(u, p, n))
+            names = list(engines)
+            for workload, prompt in chosen.items():
+                for name in names:  # warm-up: the prompt is cached everywhere, nothing recorded
+                    engines[name](prompt, 4)
+                n = args.ids if workload == "code rewrite" else args.prose_ids
+                for r in range(args.rounds):
+                    order = names[r % len(names):] + names[: r % len(names)]
+                    for name in order:
+                        results[workload].setdefault(name, []).append(engines[name](prompt, n))
+                        print(f"  {workload} round {r + 1} {name}: {results[workload][name][-1][0]:.1f} tok/s "
+                              f"{results[workload][name][-1][1]}", flush=True)
+                    loads.append(os.getloadavg()[0])
+        finally:
+            for thing in servers:
+                if isinstance(thing, subprocess.Popen):
+                    thing.terminate()
+                    thing.wait(30)
+                else:
+                    thing.close()
+    print(f"\nload average during the run: {min(loads):.1f} to {max(loads):.1f}\n")
+    print("| workload | engine | tok/s | drafted / accepted (rate) | vs tokchat off | vs llama-server ngram-mod "
+          "| same ids as no speculation |")
+    print("| --- | --- | ---: | --- | ---: | ---: | --- |")
+    for workload, by_engine in results.items():
+        speed = {name: statistics.median(r[0] for r in runs) for name, runs in by_engine.items()}
+        for name, runs in by_engine.items():
+            counts = runs[-1][1]
+            drafted = f"{counts[0]} / {counts[1]} ({counts[1] / counts[0]:.0%})" if counts and counts[0] else (
+                "0 / 0" if counts else "—")
+            base = "tokchat off" if name.startswith("tokchat") else "llama-server none"
+            same = "—" if name == base else first_difference(runs[-1][2], by_engine[base][-1][2])
+            print(f"| {workload} | {name} | {speed[name]:.1f} | {drafted} | {speed[name] / speed['tokchat off']:.2f}x "
+                  f"| {speed[name] / speed['llama-server ngram-mod']:.2f}x | {same} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
