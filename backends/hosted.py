@@ -168,7 +168,7 @@ class HostedBackend:
         self.info = BackendInfo(backend=engine, device=device, model_name="", quantization="", context_size=0)
         self.last_prompt_evaluated = 0
         self.prompt_progress: PromptProgress | None = None
-        #: the engine's drafted and kept ids of the latest reply (its ``last_draft_counts``); None if it did not speculate
+        #: the engine's drafted and kept ids of the latest reply (``last_draft_counts``); None: no speculation
         self.last_draft_counts: DraftCounts | None = None
         self.log_path: Path | None = None
         self._child: _Child | None = None

@@ -59,7 +59,8 @@ def test_drafter_proposes_what_followed_the_latest_match():
 
 def test_drafter_prefers_the_longest_match_and_never_matches_itself():
     # "5 6" last occurred before 0; "4 5 6" occurred before 7: the longer match wins
-    drafter = NgramDrafter([4, 5, 6, 7, 7, 1, 5, 6, 0, 2, 4, 5, 6], DrafterConfig(sizes=(3, 2), max_draft=3, min_draft=1))
+    drafter = NgramDrafter([4, 5, 6, 7, 7, 1, 5, 6, 0, 2, 4, 5, 6],
+                           DrafterConfig(sizes=(3, 2), max_draft=3, min_draft=1))
     assert drafter.draft() == [7, 7, 1]
     lone = NgramDrafter([1, 2, 3], DrafterConfig(sizes=(2,), max_draft=3, min_draft=1))
     assert lone.draft() == []  # the trailing "2 3" is the context itself, not an earlier occurrence
