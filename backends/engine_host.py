@@ -22,10 +22,11 @@ Answers (child -> parent), every one of a generation tagged with its job::
 
     {"loaded": {BackendInfo fields}}  |  {"error": "one line"}
     {"job": 3, "progress": [done, total]}           # while the prompt is evaluated
-    {"job": 3, "ids": [id], "evaluated": n}         # every generated id
+    {"job": 3, "ids": [id], "evaluated": n, "draft": [drafted, accepted]}   # every generated id
     {"job": 3, "done": true, "evaluated": n, "draft": [drafted, accepted]}  |  {"job": 3, "error": "one line"}
 
-(``draft`` only when the backend speculated: its ``last_draft_counts``.)
+(``draft`` only when the backend speculates: its ``last_draft_counts``, current
+with each id, since the reader stops reading at a stop id.)
 
 Sampling stays here, beside the logits; only ids cross the pipe.
 """
@@ -128,7 +129,11 @@ class EngineHost:
         try:
             for token in backend.generate(request["prompt"], SamplingParams(**request["sampling"]),
                                           request["stop"]):
-                send({"job": job, "ids": [int(token)], "evaluated": backend.last_prompt_evaluated})
+                answer = {"job": job, "ids": [int(token)], "evaluated": backend.last_prompt_evaluated}
+                counts = getattr(backend, "last_draft_counts", None)
+                if counts is not None:  # current with each id: the reader may stop at a stop id
+                    answer["draft"] = [counts.drafted, counts.accepted]
+                send(answer)
         except BackendError as exc:
             send({"job": job, "error": str(exc)})
             return

@@ -299,6 +299,8 @@ class HostedBackend:
                     self.prompt_progress = PromptProgress(done, total, started)
                 elif "ids" in answer:
                     self.last_prompt_evaluated = answer["evaluated"]
+                    if answer.get("draft"):
+                        self.last_draft_counts = DraftCounts(*answer["draft"])
                     for token in answer["ids"]:
                         shown += 1
                         yield token

@@ -177,14 +177,13 @@ class LlamaCppBackend:
                 return
             sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt)
             policy = AutoPolicy(self.speculative, config=self.drafter_config)
+            self._publish_counts(policy)
             try:
                 self._decode_loop(prompt, sampling.max_tokens, stops, sampler, policy, emit, cancelled)
             except LlamaEngineError as exc:
                 raise BackendError(str(exc)) from exc
             finally:
                 sampler.close()
-                speculated = self.speculative != "off"
-                self.last_draft_counts = DraftCounts(policy.drafted, policy.accepted) if speculated else None
 
         return self._worker.stream(job)
 
@@ -225,9 +224,10 @@ class LlamaCppBackend:
             for i in range(len(draft) + 1):
                 token = sampler.sample(engine.ctx, i)
                 emitted += 1
-                emit(token)
                 agreed = i < len(draft) and token == draft[i]
                 accepted += agreed
+                self._publish_counts(policy, len(draft), accepted)
+                emit(token)
                 if (not agreed or token in stops or emitted >= max_tokens or cancelled()
                         or base + i + 1 >= n_ctx):
                     break
@@ -235,6 +235,16 @@ class LlamaCppBackend:
             # the cache keeps the batch up to the id before the last emitted one, as the plain loop would
             engine.truncate(base + i + 1)
             policy.record(len(draft), accepted)
+
+    def _publish_counts(self, policy: AutoPolicy, drafting: int = 0, accepted: int = 0) -> None:
+        """Make :attr:`last_draft_counts` current before an id is emitted.
+
+        A reader stops at the stop id (the session closes the stream there),
+        so counts set only when the loop ends would never reach it; ``drafting``
+        and ``accepted`` are the batch under way, not yet in ``policy``.
+        """
+        if self.speculative != "off":
+            self.last_draft_counts = DraftCounts(policy.drafted + drafting, policy.accepted + accepted)
 
     def _check_model_file(self) -> None:
         """Refuse to run on a model file that was truncated or rewritten in place.

@@ -68,3 +68,25 @@ def test_a_continued_reply_adds_both_parts_counts(smollm_path):
     stats = [e for e in events if e.kind == "done"][-1].stats
     assert (stats.drafted_tokens, stats.accepted_tokens) == (12, 6)
     assert [(p["drafted_tokens"], p["accepted_tokens"]) for p in stats.parts] == [(5, 4), (7, 2)]
+
+
+def test_a_real_engines_counts_reach_a_reply_that_ends_at_its_stop_id(qwen_path, tmp_path):
+    """The session stops reading at the stop id: counts sent only after the last id would be lost."""
+    from backends.base import LoadOptions
+    from backends.hosted import HostedBackend
+    from tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(qwen_path)
+    template, _ = resolve_template("auto", tokenizer)
+    backend = HostedBackend("llama.cpp")
+    backend.load(qwen_path, LoadOptions(n_ctx=2048, speculative="ngram", log_path=tmp_path / "engine.log"))
+    try:
+        session = ChatSession(tokenizer, template, backend=backend, context_size=2048,
+                              sampling=SamplingParams(temperature=0, max_tokens=200))
+        stats = [e for e in session.send("Repeat this list exactly, one item a line: apple, pear, plum, fig, "
+                                         "kiwi, lime, date, grape, mango, peach.") if e.kind == "done"][-1].stats
+        assert stats.finish_reason == "stop"
+        assert 0 < stats.accepted_tokens <= stats.drafted_tokens
+        assert stats.accepted_tokens < stats.completion_tokens
+    finally:
+        backend.close()
