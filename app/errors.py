@@ -10,7 +10,7 @@ from __future__ import annotations
 
 def user_facing_types() -> tuple[type[BaseException], ...]:
     """Exception types whose message is written for the user."""
-    from app.bundled import BundledModelMissing
+    from app.models.bundled import BundledModelMissing
 
     types: list[type[BaseException]] = [BundledModelMissing, FileNotFoundError, PermissionError]
     try:
@@ -23,8 +23,8 @@ def user_facing_types() -> tuple[type[BaseException], ...]:
         ("tokenizer", ("TokenizerError",)),
         ("templates", ("TemplateError",)),
         ("backends", ("BackendError",)),
-        ("app.config", ("ConfigError",)),
-        ("app.store", ("StoreError",)),
+        ("app.settings.config", ("ConfigError",)),
+        ("app.history.store", ("StoreError",)),
     ):
         try:
             mod = __import__(module, fromlist=list(names))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from assets import asset_path  # noqa: E402
 
-from app.session import ChatSession  # noqa: E402
+from app.conversation.session import ChatSession  # noqa: E402
 from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
 from templates import resolve_template  # noqa: E402
 from tokenizer import load_tokenizer  # noqa: E402

@@ -34,8 +34,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from assets import asset_path  # noqa: E402
 
-from app.options import ChatOptions  # noqa: E402
-from app.store import ChatStore  # noqa: E402
+from app.settings.options import ChatOptions  # noqa: E402
+from app.history.store import ChatStore  # noqa: E402
 from app.tui.app import ChatApp  # noqa: E402
 from app.tui.loader import scripted_loader  # noqa: E402
 from app.tui.screens.token_inspector import TokenInspector  # noqa: E402
@@ -67,7 +67,7 @@ async def one_run(model: Path, store: ChatStore, turns: int) -> dict[str, float]
             await pilot.press("enter")
             await pilot.pause()
             await _wait(pilot, lambda: not app.generating)
-        out["prompt_ids"] = len(app.session.last_record.ids)
+        out["prompt_ids"] = len(app.conversation.session.last_record.ids)
         start = time.perf_counter()
         await pilot.press("f2")
         await _wait(pilot, lambda: isinstance(app.screen, TokenInspector) and app.screen.query(TokenView)

@@ -4,7 +4,7 @@ Both sides run llama.cpp on SmolLM2 with the same prompt ids, the same
 greedy settings, the same thread count and the same context size, in
 alternating rounds.  The tokchat side is everything ``tokchat --prompt``
 does per token: the backend's worker thread and queue, the session's
-stream decoder, think filter and accounting (``app.session.ChatSession``).
+stream decoder, think filter and accounting (``app.conversation.session.ChatSession``).
 Decode tokens/s is counted from the first to the last id, so prompt
 evaluation (and prefix reuse) does not enter.  Target: tokchat >= 0.98 of raw.
 The best round of each side is reported next to the medians: on a shared
@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from assets import asset_path  # noqa: E402
 
-from app.headless import open_chat  # noqa: E402
-from app.options import ChatOptions  # noqa: E402
+from app.chat.headless import open_chat  # noqa: E402
+from app.settings.options import ChatOptions  # noqa: E402
 from backends.base import SamplingParams  # noqa: E402
 from backends.llama_cpp import default_threads  # noqa: E402
 

@@ -4,7 +4,7 @@ The real hub cannot be reached here, so both run against tests/hub_standin.py
 on loopback (HF_ENDPOINT), serving SmolLM2-135M Q4_1 (98 MB):
 
 * **download**: ``hf_hub_download`` into a fresh cache against tokchat's
-  ``app.hub.plan_pull`` + ``download`` (the listing request, ``http_get`` with a
+  ``app.models.hub.plan_pull`` + ``download`` (the listing request, ``http_get`` with a
   resumable partial file, the sha256 check, ``hf_hub_download`` for the link),
   alternating, fresh cache every round; medians.  Loopback is far faster than
   any network, so this shows tokchat's overhead, not a real download time.
@@ -62,8 +62,8 @@ def time_hf(home: Path) -> float:
 
 
 def time_tokchat(home: Path) -> float:
-    from app.hub import download, plan_pull
-    from app.hub_ref import parse_ref
+    from app.models.hub import download, plan_pull
+    from app.models.hub_ref import parse_ref
 
     start = time.perf_counter()
     download(plan_pull(parse_ref(f"hf:{REPO}/{FILE}")))

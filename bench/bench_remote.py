@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "tests" / "backends"))
 from assets import asset_path  # noqa: E402
 from remote_servers import LlamaServer  # noqa: E402
 
-from app.options import ChatOptions  # noqa: E402
-from app.remote_chat import open_remote  # noqa: E402
-from app.session import ChatSession  # noqa: E402
+from app.settings.options import ChatOptions  # noqa: E402
+from app.chat.remote import open_remote  # noqa: E402
+from app.conversation.session import ChatSession  # noqa: E402
 from backends.base import LoadOptions, SamplingParams  # noqa: E402
 from backends.remote import RemoteSettings  # noqa: E402
 

@@ -4,7 +4,7 @@
     for event in loop.send("What time is it in Tokyo?"):
         ...   # content / reasoning / tool_call_delta / tool_call / tool_result / notice / error, then done
 
-Every model step is an ordinary :class:`app.session.ChatSession` turn: the
+Every model step is an ordinary :class:`app.conversation.session.ChatSession` turn: the
 first after the user's message (``send``), the next after the tool results
 (``continue_turn``), so prompt building, overflow and accounting are the
 session's.  Between steps:
@@ -31,11 +31,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from app.session import ChatMessage, ChatSession, ReplyEvent, TurnStats
+from app.conversation.session import ChatMessage, ChatSession, ReplyEvent, TurnStats
 from app.tools.calls import CallStreamSplitter, CallSyntax, ToolCall, parse_reply, syntax_for
 from app.tools.display import call_line
 from app.tools.mcp_client import ToolInfo, ToolResult
-from app.tools.settings import ToolSettings
+from app.settings.tools import ToolSettings
 
 #: approval answers
 ONCE, ALWAYS, DENY = "once", "always", "deny"

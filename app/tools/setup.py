@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from app.tools.loop import Approver, ToolLoop
 from app.tools.mcp_client import McpHub
-from app.tools.settings import ToolSettings
+from app.settings.tools import ToolSettings
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, TextIO
 
-from app.options import ChatOptions
+from app.settings.options import ChatOptions
 
 
 def run_tui(options: ChatOptions, with_preset: Callable[[], ChatOptions] | None = None) -> int:

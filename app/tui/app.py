@@ -25,7 +25,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, TextArea
 from textual.worker import get_current_worker
 
-from app.options import ChatOptions
+from app.settings.options import ChatOptions
 from app.tui.commands import CommandsMixin
 from app.tui.format import model_bar_text
 from app.tui.generation import EventBuffer, pump
@@ -415,7 +415,7 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
     @work(thread=True, group="generate")
     def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer,
                   done: threading.Event) -> None:
-        from app.session import ReplyEvent
+        from app.conversation.session import ReplyEvent
 
         worker = get_current_worker()
         session = self.session

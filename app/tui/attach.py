@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.attachments import (AttachLimits, Attachment, AttachmentError, at_references, compose,
+from app.conversation.attachments import (AttachLimits, Attachment, AttachmentError, at_references, compose,
                              directory_files, read_attachment)
 from app.tui.slash import SlashError
 

@@ -79,7 +79,7 @@ class CommandsMixin:
 
     def rebuild_session(self, session, template):
         """A new ChatSession with another template and the same turns and settings."""
-        from app.session import ChatSession
+        from app.conversation.session import ChatSession
 
         new = ChatSession(self.chat.tokenizer, template, backend=self.chat.backend,
                           system_prompt=session.system_prompt, sampling=session.sampling,
@@ -143,10 +143,10 @@ class CommandsMixin:
         self.notify(f"Copied code block {index + 1} of {len(blocks)}")
 
     async def cmd_export(self, arg: str) -> None:
-        """The stored conversation through :mod:`app.export` (``.json`` keeps everything);
+        """The stored conversation through :mod:`app.history.export` (``.json`` keeps everything);
         with history off, the session's messages as Markdown."""
-        from app.export import to_json, to_markdown
-        from app.store import StoreError
+        from app.history.export import to_json, to_markdown
+        from app.history.store import StoreError
         from app.tui.transcript import transcript_markdown
 
         session = self._need_session("export")
@@ -185,7 +185,7 @@ class CommandsMixin:
     async def cmd_server(self, arg: str) -> None:
         from dataclasses import replace
 
-        from app.server_config import server_for_command
+        from app.settings.server import server_for_command
 
         if self.generating:
             raise SlashError("/server has to wait until the reply finishes (Esc stops it)")

@@ -1,7 +1,7 @@
 """Plain-text formatting for what the TUI shows about tokens, sizes and models.
 
 Pure functions, so the exact strings can be tested without a screen.  The
-numbers come straight from :class:`app.session.TurnStats`; nothing here
+numbers come straight from :class:`app.conversation.session.TurnStats`; nothing here
 counts or estimates tokens.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Conversation history, as a mixin of ChatApp: recording turns and the sidebar.
 
-Turns are written through :class:`app.recorder.HistoryRecorder`, which
+Turns are written through :class:`app.history.recorder.HistoryRecorder`, which
 turns any storage failure into one notice and never stops the chat.  The
-sidebar reads the same :class:`app.store.ChatStore`.  Everything here runs
+sidebar reads the same :class:`app.history.store.ChatStore`.  Everything here runs
 on the event loop: each store call is one short SQLite transaction.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class HistoryMixin:
 
     # -------------------------------------------------------------- recording
     def _make_recorder(self):
-        from app.recorder import HistoryRecorder
+        from app.history.recorder import HistoryRecorder
 
         from dataclasses import asdict
 
@@ -62,7 +62,7 @@ class HistoryMixin:
             return self._store_arg
         if not self.options.history:
             return None
-        from app.store import ChatStore, StoreError
+        from app.history.store import ChatStore, StoreError
 
         try:
             self._store_arg = ChatStore()
@@ -162,7 +162,7 @@ class HistoryMixin:
             return
         if search is None:
             search = sidebar.query_one("#history-search").value
-        from app.store import StoreError
+        from app.history.store import StoreError
 
         try:
             sidebar.show(self.store.list_conversations(search or None))
@@ -189,7 +189,7 @@ class HistoryMixin:
                 self.recorder.start_new()
 
     def _store_call(self, action) -> None:
-        from app.store import StoreError
+        from app.history.store import StoreError
 
         try:
             action(self.store)
@@ -202,7 +202,7 @@ class HistoryMixin:
 
     async def resume_conversation(self, conv_id: int) -> None:
         """Show a stored conversation and continue it with the loaded model."""
-        from app.store import StoreError
+        from app.history.store import StoreError
 
         if self.generating:
             self.notify("Wait for the reply to finish (or Esc) before opening another chat", severity="warning")
@@ -212,7 +212,7 @@ class HistoryMixin:
         except StoreError as exc:
             self.notify(str(exc), severity="error")
             return
-        from app.branches import from_links
+        from app.conversation.branches import from_links
 
         stored = [m for m in conversation.messages + conversation.branches if m.role != "system"]
         messages, branches = from_links([(m.id, m.parent_id, m.to_chat_message()) for m in stored],

@@ -1,11 +1,11 @@
 """Opening the token inspector from the chat: ``/tokens``, F2, the palette, a double click.
 
 A mixin of :class:`~app.tui.app.ChatApp`.  The inspector shows the
-:class:`~app.context_breakdown.PromptRecord` a reply kept: the last one by
+:class:`~app.conversation.context_breakdown.PromptRecord` a reply kept: the last one by
 default; a double click on a reply opens the prompt that reply answered,
 and on a user message the prompt that message was sent in, with its ids
 selected.  Turns loaded from the history, and live replies older than
-the newest :data:`app.session.RECORDS_KEPT`, have no record: their prompt
+the newest :data:`app.conversation.session.RECORDS_KEPT`, have no record: their prompt
 is rebuilt from the stored text, and the title says so.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ class InspectorMixin:
         draft = self.prompt_input.text
         # the draft as it would be sent, attached files included
         draft_tokens = self.show_attachment_cost(draft) if not draft.lstrip().startswith("/") else 0
-        from app.context_breakdown import breakdown
+        from app.conversation.context_breakdown import breakdown
         from app.tui.screens.token_inspector import TokenInspector
 
         parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count,

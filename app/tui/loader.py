@@ -3,7 +3,7 @@
 :func:`load_chat` is the real path: ``--model`` (or the bundled model) ->
 ``backends.start_backend`` (the engine loads in its own process) while this
 one reads our tokenizer and the chat template -> a
-:class:`app.session.ChatSession`.  It reports each step through
+:class:`app.conversation.session.ChatSession`.  It reports each step through
 ``progress`` so the window can show what is happening while the weights
 load.  :func:`scripted_loader` builds the same chain on a
 :class:`backends.scripted.ScriptedBackend` replaying fixed replies: the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from app.options import ChatOptions
+from app.settings.options import ChatOptions
 from app.tui.format import human_size
 
 Progress = Callable[[str], None]
@@ -27,7 +27,7 @@ Progress = Callable[[str], None]
 class LoadedChat:
     """A ready chat: the session and the parts the header and commands need."""
 
-    session: Any  # app.session.ChatSession
+    session: Any  # app.conversation.session.ChatSession
     tokenizer: Any
     template: Any
     backend: Any
@@ -45,7 +45,7 @@ Loader = Callable[[ChatOptions, Progress], LoadedChat]
 
 
 def _session(tokenizer, template, backend, options: ChatOptions, context_size: int):
-    from app.session import ChatSession
+    from app.conversation.session import ChatSession
 
     return ChatSession(
         tokenizer, template, backend=backend, system_prompt=options.system,
@@ -55,7 +55,7 @@ def _session(tokenizer, template, backend, options: ChatOptions, context_size: i
 
 
 def _tokenizer_and_template(path: Path, options: ChatOptions, progress: Progress, header: Any = None):
-    from app.model_header import load_chat_tokenizer
+    from app.models.header import load_chat_tokenizer
     from templates import resolve_template
 
     progress(f"reading the tokenizer from {path.name} ({human_size(path.stat().st_size)})")
@@ -66,12 +66,12 @@ def _tokenizer_and_template(path: Path, options: ChatOptions, progress: Progress
 
 def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
     """The real chain; raises the packages' own errors, which the app shows on screen."""
-    from app.model_header import take_header
-    from app.model_resolution import resolve_model
+    from app.models.header import take_header
+    from app.models.resolution import resolve_model
     from backends import LoadOptions, start_backend
 
     if options.server is not None:
-        from app.remote_chat import open_remote
+        from app.chat.remote import open_remote
 
         tokenizer, template, notice, backend, path = open_remote(options, progress)
         session = _session(tokenizer, template, backend, options, backend.info.context_size)
@@ -105,7 +105,7 @@ def options_for_model(options: ChatOptions, model: str) -> ChatOptions:
     import argparse
     from dataclasses import fields
 
-    from app.config import load_settings, options_from_settings
+    from app.settings.config import load_settings, options_from_settings
 
     def preset_only(name: str | None) -> ChatOptions:  # defaults, the model's preset, config.toml; no flags
         return options_from_settings(load_settings(argparse.Namespace(model=name)))

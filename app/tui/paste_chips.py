@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.attachments import Attachment, file_block
+from app.conversation.attachments import Attachment, file_block
 
 
 class PasteChipsMixin:

@@ -60,9 +60,9 @@ class PullMixin:
 
     @staticmethod
     def _needs_download(value: str) -> bool:
-        from app.hub import hub_settings
-        from app.hub_cache import cached_model
-        from app.hub_ref import RefError, model_ref
+        from app.models.hub import hub_settings
+        from app.models.hub_cache import cached_model
+        from app.models.hub_ref import RefError, model_ref
 
         try:
             ref = model_ref(value)
@@ -87,8 +87,8 @@ class PullMixin:
         self.run_worker(lambda: self._pull_thread(value, cancel), thread=True, group="pull", exit_on_error=False)
 
     def _pull_thread(self, value: str, cancel: threading.Event) -> None:
-        from app.hub import DownloadCancelled, check_space, download, plan_pull
-        from app.hub_ref import model_ref
+        from app.models.hub import DownloadCancelled, check_space, download, plan_pull
+        from app.models.hub_ref import model_ref
 
         try:
             plan = plan_pull(model_ref(value))
@@ -111,7 +111,7 @@ class PullMixin:
             self._pull_progress(*latest)
 
     def _pull_planned(self, cancel: threading.Event, plan) -> None:
-        from app.hub import human_bytes
+        from app.models.hub import human_bytes
 
         if cancel is not self._pull_cancel:
             return
@@ -121,7 +121,7 @@ class PullMixin:
                     "Esc cancels.", title="Download")
 
     def _pull_progress(self, cancel: threading.Event, progress) -> None:
-        from app.hub import human_bytes
+        from app.models.hub import human_bytes
 
         if cancel is not self._pull_cancel:
             return

@@ -9,7 +9,7 @@ the session's (:meth:`ChatSession.continue_reply`, :meth:`~ChatSession.reply_wit
 * a reply with a user-written opening shows that part marked as the user's;
 * a fork becomes a new stored conversation linked to where it came from;
 * a thinking choice is written to config.toml under the model's name
-  (:mod:`app.model_memory`) and applied when that model loads again.
+  (:mod:`app.settings.model_memory`) and applied when that model loads again.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class SteerMixin:
 
     async def on_history_sidebar_fork_requested(self, message) -> None:
         """``f`` in the history list: fork that stored conversation (its shown branch) and open the fork."""
-        from app.store import StoreError
+        from app.history.store import StoreError
 
         store = self.store
         if store is None or self.generating:
@@ -163,8 +163,8 @@ class SteerMixin:
 
     def _remember(self, **values) -> None:
         """Write the choice to config.toml under the model's name (a failure is one warning)."""
-        from app.config import ConfigError
-        from app.model_memory import remember
+        from app.settings.config import ConfigError
+        from app.settings.model_memory import remember
 
         try:
             path = remember(self._model_key(), **values)
@@ -175,8 +175,8 @@ class SteerMixin:
 
     def apply_remembered(self) -> None:
         """On model load: thinking and budget as remembered for this model, and the configured budget."""
-        from app.config import ConfigError
-        from app.model_memory import apply_remembered
+        from app.settings.config import ConfigError
+        from app.settings.model_memory import apply_remembered
 
         session = self.session
         session.reasoning_budget = self.options.reasoning_budget

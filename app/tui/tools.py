@@ -80,7 +80,7 @@ class ToolsMixin:
 
         def on_message(message: Any) -> None:
             if buffer is not None:
-                from app.session import ReplyEvent
+                from app.conversation.session import ReplyEvent
 
                 buffer.push(ReplyEvent("tool_message", data=message))
 
@@ -172,7 +172,7 @@ class ToolsMixin:
         await self.chat_view.add_notice(self.tools_text())
 
     def tools_text(self) -> str:
-        from app.commands.tools import tools_table
+        from app.cli.tools import tools_table
         from app.tools.setup import schema_tokens, tools_prompt_tokens
 
         settings = getattr(self.options, "tools", None)

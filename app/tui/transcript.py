@@ -1,6 +1,6 @@
 """A conversation as text: the Markdown that /export writes and the /stats totals.
 
-Works on the session's :class:`~app.session.ChatMessage` list, so what is
+Works on the session's :class:`~app.conversation.session.ChatMessage` list, so what is
 exported is exactly what the model saw (the reasoning is kept, quoted).
 """
 from __future__ import annotations

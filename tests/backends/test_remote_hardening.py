@@ -14,7 +14,7 @@ import time
 import pytest
 from remote_servers import LlamaServer, free_port
 
-from app.config import load_settings, options_from_settings
+from app.settings.config import load_settings, options_from_settings
 from backends.base import BackendError, SamplingParams
 from backends.remote import RemoteBackend, RemoteSettings
 from backends.remote_connect import connect, open_client
@@ -120,7 +120,7 @@ def test_an_impossible_port_or_host_is_refused_before_any_request(url):
 
 
 def _args(**flags) -> argparse.Namespace:
-    from app.commands import chat
+    from app.cli import chat
 
     parser = argparse.ArgumentParser()
     chat.add_arguments(parser)

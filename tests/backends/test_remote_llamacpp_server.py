@@ -15,9 +15,9 @@ import httpx
 import pytest
 from remote_servers import LlamaServer, RpcWorker
 
-from app.options import ChatOptions
-from app.remote_chat import open_remote
-from app.session import ChatSession
+from app.settings.options import ChatOptions
+from app.chat.remote import open_remote
+from app.conversation.session import ChatSession
 from backends.base import BackendError, LoadOptions, SamplingParams
 from backends.remote import RemoteSettings
 from backends.remote_connect import VocabularyMismatch, connect

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import child_env
 
-from app.recorder import HistoryRecorder
-from app.session import ChatMessage, ChatSession
-from app.store import ChatStore
+from app.history.recorder import HistoryRecorder
+from app.conversation.session import ChatMessage, ChatSession
+from app.history.store import ChatStore
 from backends import SamplingParams
 from backends.scripted import ScriptedBackend
 from templates import resolve_template

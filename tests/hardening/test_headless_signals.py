@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import ChatStore
+from app.history.store import ChatStore
 
 LONG = ["--prompt", "Write a long story about a cat.", "--temperature", "0", "--max-tokens", "400", "--stats",
         "--threads", "1"]

@@ -24,8 +24,8 @@ import pytest
 from conftest import address_space_cap, child_env
 from gguf_mutate import write_gguf
 
-from app.headless import run_headless
-from app.options import ChatOptions
+from app.chat.headless import run_headless
+from app.settings.options import ChatOptions
 from backends import SamplingParams
 from backends.scripted import ScriptedBackend
 from templates import prompt_ids, resolve_template
@@ -150,7 +150,7 @@ def test_headless_with_a_hostile_model_template_answers_with_the_built_in(smollm
 
 def test_a_session_on_a_hostile_tokenizer_folder_chats_with_the_built_in(qwen_tokenizer_dir, tmp_path):
     """A tokenizer folder is not a model (headless needs a GGUF), so the session is driven directly."""
-    from app.session import ChatSession
+    from app.conversation.session import ChatSession
 
     tok = load_tokenizer(_config_with_template(qwen_tokenizer_dir, tmp_path, HOSTILE["shared-list-output"]))
     template, notice = resolve_template("auto", tok)

@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from app.session import ChatSession
+from app.conversation.session import ChatSession
 from backends import LoadOptions, SamplingParams, open_backend
 from templates import resolve_template
 from tokenizer import load_tokenizer

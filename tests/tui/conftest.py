@@ -12,8 +12,8 @@ from typing import Callable
 
 import pytest
 
-from app.options import ChatOptions
-from app.store import ChatStore
+from app.settings.options import ChatOptions
+from app.history.store import ChatStore
 from app.tui.app import ChatApp
 from app.tui.loader import scripted_loader
 from backends.base import SamplingParams

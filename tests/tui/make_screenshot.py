@@ -18,8 +18,8 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent), str(HERE)]
 from assets import asset_path  # noqa: E402
 from tui_helpers import send, wait_loaded, wait_reply  # noqa: E402
 
-from app.options import ChatOptions  # noqa: E402
-from app.store import ChatStore  # noqa: E402
+from app.settings.options import ChatOptions  # noqa: E402
+from app.history.store import ChatStore  # noqa: E402
 from app.tui.app import ChatApp  # noqa: E402
 from backends.base import SamplingParams  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from tui_helpers import send, wait_loaded, wait_reply
 
-from app.context_breakdown import breakdown
+from app.conversation.context_breakdown import breakdown
 from app.tui.widgets.dialogs import ConfirmScreen
 from app.tui.widgets.user_message import UserMessage
 
@@ -45,16 +45,16 @@ async def test_attach_shows_the_cost_that_is_sent(scripted_app, tmp_path):
         assert f"message {shown} tokens" in box.border_subtitle
         await pilot.press("enter")
         await wait_reply(pilot)
-        ids = sent_message_ids(app.session)
+        ids = sent_message_ids(app.conversation.session)
         assert len(ids) == shown
-        tok = app.session.tokenizer
+        tok = app.conversation.session.tokenizer
         assert not any(tok.is_special(t) for t in ids)
-        assert app.session.messages[-2].content.startswith('<file name="notes.txt" size="')
+        assert app.conversation.session.messages[-2].content.startswith('<file name="notes.txt" size="')
         assert app.pending_attachments == [] and box.border_subtitle == ""
         shown_text = str(app.query(UserMessage).last().render())
         assert shown_text == f"📎 notes.txt ({file.stat().st_size} B)\n\nSummarize"  # the file is one line
-        stored = app.store.load(app.recorder.conversation_id).messages
-        assert stored[-2].content == app.session.messages[-2].content
+        stored = app.history.store.load(app.history.recorder.conversation_id).messages
+        assert stored[-2].content == app.conversation.session.messages[-2].content
 
 
 async def test_at_path_is_priced_while_typing_and_attached_on_send(scripted_app, tmp_path, monkeypatch):
@@ -71,9 +71,9 @@ async def test_at_path_is_priced_while_typing_and_attached_on_send(scripted_app,
         assert "@plan.md" in app.prompt_input.border_subtitle
         await pilot.press("enter")
         await wait_reply(pilot)
-        assert len(sent_message_ids(app.session)) == shown
+        assert len(sent_message_ids(app.conversation.session)) == shown
         assert "<file name=\"plan.md\" size=\"20\">\n# Plan\n\n1. Ship it.\n</file>\n\nCheck @plan.md" == \
-            app.session.messages[-2].content
+            app.conversation.session.messages[-2].content
 
 
 async def test_binary_and_huge_files_are_refused_and_nothing_is_sent(scripted_app, tmp_path):
@@ -93,7 +93,7 @@ async def test_binary_and_huge_files_are_refused_and_nothing_is_sent(scripted_ap
         await type_text(pilot, f"look @{binary}")
         await pilot.press("enter")
         await pilot.pause()
-        assert app.session.messages == [] and app.prompt_input.text == f"look @{binary}"
+        assert app.conversation.session.messages == [] and app.prompt_input.text == f"look @{binary}"
 
 
 async def test_a_directory_asks_first(scripted_app, tmp_path):

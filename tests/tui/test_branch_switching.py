@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from tui_helpers import send, stable_timings, wait_loaded, wait_reply
 
-from app.options import ChatOptions
-from app.store import ChatStore
+from app.settings.options import ChatOptions
+from app.history.store import ChatStore
 from app.tui.app import ChatApp
 from app.tui.loader import scripted_loader
 from app.tui.widgets.assistant_message import AssistantMessage
@@ -40,13 +40,13 @@ async def test_regenerate_twice_switch_continue_and_resume_after_restart(scripte
         await pilot.press("alt+left", "alt+left")
         await pilot.pause()
         assert shown(app) == ["First answer."] and label(app) == "1/3"
-        first = app.session.messages[-1].record
+        first = app.conversation.session.messages[-1].record
         await send(pilot, "Tell me more")
         await wait_reply(pilot)
-        sent = app.session.last_prompt.ids
+        sent = app.conversation.session.last_prompt.ids
         assert sent[:len(first.prompt.ids) + len(first.reply_ids)] == list(first.prompt.ids) + list(first.reply_ids)
         assert shown(app) == ["First answer.", "Follow-up answer."]
-        conv_id = app.recorder.conversation_id
+        conv_id = app.history.recorder.conversation_id
 
     # a new app on the same history file, opened anew, resumed
     fresh = ChatStore(store.path)
@@ -92,6 +92,6 @@ async def test_an_edited_prompt_keeps_the_old_one_as_a_sibling(scripted_app, sto
         await pilot.press("alt+left")
         await pilot.pause()
         assert [w.text for w in app.query(UserMessage)] == ["Old prompt"] and shown(app) == ["Old reply."]
-        stored = store.load(app.recorder.conversation_id)
+        stored = store.load(app.history.recorder.conversation_id)
         assert [m.content for m in stored.messages] == ["Old prompt", "Old reply."]
         assert [m.content for m in stored.branches] == ["New prompt", "New reply."]

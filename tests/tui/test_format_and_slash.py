@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.session import TurnStats
+from app.conversation.session import TurnStats
 from app.tui.format import human_size, meter_level, meter_text, stats_line
 from app.tui.slash import SlashCommand, SlashError, apply_sampling, parse_on_off, parse_slash, unescape_prompt
 from backends.base import SamplingParams

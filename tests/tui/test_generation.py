@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from app.session import ReplyEvent, TurnStats
+from app.conversation.session import ReplyEvent, TurnStats
 from app.tui.generation import EventBuffer, pump
 
 

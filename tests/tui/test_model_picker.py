@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
-from app.options import ChatOptions
+from app.settings.options import ChatOptions
 from app.tui.widgets.assistant_message import AssistantMessage
 from app.tui.widgets.model_picker import ModelPicker
 from hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
@@ -133,7 +133,7 @@ async def test_a_download_runs_beside_the_chat_esc_cancels_and_the_next_resumes(
         await send(pilot, "hello again")
         await wait_reply(pilot)
         assert len(app.query(AssistantMessage)) == 2  # the conversation went on with the new model
-        assert app.session.messages[-2].content == "hello again"
+        assert app.conversation.session.messages[-2].content == "hello again"
 
 
 async def test_a_failed_download_is_one_notice_and_the_chat_stays(scripted_app, hub, gemma_path):

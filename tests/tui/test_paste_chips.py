@@ -11,8 +11,8 @@ import pytest
 from textual import events
 from tui_helpers import SIZE, wait_for, wait_loaded, wait_reply
 
-from app.attachments import compose, file_block
-from app.options import ChatOptions
+from app.conversation.attachments import compose, file_block
+from app.settings.options import ChatOptions
 from app.tui.widgets.attachment_chips import AttachmentChips, AttachmentView
 from app.tui.widgets.user_message import UserMessage
 
@@ -32,26 +32,26 @@ async def test_a_5000_line_paste_becomes_one_priced_chip_nothing_sent_the_meter_
     app = scripted_app(["Got it."])
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        before = list(app.session.messages)
+        before = list(app.conversation.session.messages)
         await paste(pilot, BIG)
         await wait_for(pilot, lambda: len(app.pending_attachments) == 1, what="the chip")
         item = app.pending_attachments[0]
-        exact = app.session.draft_tokens(file_block("paste-1.txt", len(BIG.encode()), BIG))
+        exact = app.conversation.session.draft_tokens(file_block("paste-1.txt", len(BIG.encode()), BIG))
         assert (item.name, item.text, item.tokens) == ("paste-1.txt", BIG, exact)
         # nothing typed, nothing sent
-        assert app.prompt_input.text == "" and app.session.messages == before and not app.generating
+        assert app.prompt_input.text == "" and app.conversation.session.messages == before and not app.generating
         chips = app.query_one(AttachmentChips)
         labels = [str(label.render()) for label in chips.query(".chip")]
         assert len(labels) == 1 and f"{exact} tokens" in labels[0] and "5000 lines" in labels[0]
         await wait_for(pilot, lambda: app.meter.draft == exact, what="the meter to count the chip")
         # typing adds to it: the meter counts the message as it will be sent
         await pilot.press(*"why?")
-        await wait_for(pilot, lambda: app.meter.draft == app.session.draft_tokens(compose("why?", [item])),
+        await wait_for(pilot, lambda: app.meter.draft == app.conversation.session.draft_tokens(compose("why?", [item])),
                        what="the meter to count chip and text")
         # far more than the context holds: Enter refuses it, and keeps the chip and the text
         await pilot.press("enter")
         await pilot.pause()
-        assert app.session.messages == before and app.pending_attachments == [item]
+        assert app.conversation.session.messages == before and app.pending_attachments == [item]
         assert app.prompt_input.text == "why?"
 
 
@@ -66,7 +66,7 @@ async def test_a_chip_is_sent_with_the_next_message(scripted_app):
         await pilot.press(*"sum")
         await pilot.press("enter")
         await wait_reply(pilot)
-        assert app.session.messages[0].content == compose("sum", [item]) and app.pending_attachments == []
+        assert app.conversation.session.messages[0].content == compose("sum", [item]) and app.pending_attachments == []
         assert not app.query_one(AttachmentChips).has_class("-some")
         assert "📎 paste-1.txt" in str(app.query(UserMessage).last().render())
 
@@ -89,7 +89,7 @@ async def test_the_token_threshold_makes_a_chip_of_few_long_lines(scripted_app, 
         assert app.prompt_input.text == short and app.pending_attachments == []
         app.prompt_input.load_text("")
         long = "word " * 80
-        assert app.session.draft_tokens(long) >= 50
+        assert app.conversation.session.draft_tokens(long) >= 50
         await paste(pilot, long)
         assert app.prompt_input.text == "" and len(app.pending_attachments) == 1
 
@@ -115,10 +115,10 @@ async def test_a_chip_opens_goes_back_into_the_box_or_is_removed(scripted_app):
         await wait_for(pilot, lambda: len(app.query("#chip-remove-0")) == 1, what="the chip")
         await pilot.click("#chip-remove-0")
         await wait_for(pilot, lambda: app.pending_attachments == [], what="the chip to go")
-        assert app.prompt_input.text == "" and app.session.messages == []
+        assert app.prompt_input.text == "" and app.conversation.session.messages == []
         await wait_for(pilot, lambda: app.meter.draft == 0, what="the meter to drop it")
 
 
 async def _meter(pilot, app, text) -> bool:
-    await wait_for(pilot, lambda: app.meter.draft == app.session.draft_tokens(text), what="the meter")
+    await wait_for(pilot, lambda: app.meter.draft == app.conversation.session.draft_tokens(text), what="the meter")
     return True

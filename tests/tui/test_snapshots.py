@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tui_helpers import SIZE, send, wait_loaded, wait_reply
 
-from app.options import ChatOptions
+from app.settings.options import ChatOptions
 from app.tui.app import ChatApp
 
 REPLY = ("Here is a function:\n\n```python\ndef add(a, b):\n    return a + b\n```\n\n"

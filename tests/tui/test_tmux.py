@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import ChatStore
+from app.history.store import ChatStore
 
 pytestmark = pytest.mark.slow
 

@@ -14,14 +14,14 @@ import textwrap
 
 from test_tmux import ROOT, Tmux
 
-from app.store import ChatStore
+from app.history.store import ChatStore
 
 #: the chat on a scripted backend, started the way run_tui starts it; the store is the test's own
 APP = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from app.options import ChatOptions
-    from app.store import ChatStore
+    from app.settings.options import ChatOptions
+    from app.history.store import ChatStore
     from app.tui import exit_status
     from app.tui.app import ChatApp
     from app.tui.loader import scripted_loader

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
-from app.config import load_settings
-from app.options import ChatOptions
+from app.settings.config import load_settings
+from app.settings.options import ChatOptions
 from app.tools.mcp_client import ServerConfig
-from app.tools.settings import ToolSettings
+from app.settings.tools import ToolSettings
 from app.tui.app import ChatApp
 from app.tui.widgets.tool_approval import ToolApprovalScreen
 from app.tui.widgets.tool_call_block import ToolCallBlock
@@ -54,7 +54,7 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
         await pilot.press("y")
         await wait_reply(pilot, 600)
 
-        messages = app.session.messages
+        messages = app.conversation.session.messages
         assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
         call = messages[1].tool_calls[0]
         assert call["function"] == {"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}
@@ -64,8 +64,8 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
         assert first.status == "ok" and "Asia/Tokyo" in str(first.result_text.render())
 
         # the result reached the model: the next step's prompt holds its text, encoded by our tokenizer
-        assert result.content in app.session.last_prompt.text
-        assert instructions in app.session.last_prompt.text  # joined to the (empty) system prompt
+        assert result.content in app.conversation.session.last_prompt.text
+        assert instructions in app.conversation.session.last_prompt.text  # joined to the (empty) system prompt
         # and the answer uses it: the time it states is the tool's, not one of its own
         answer = messages[-1]
         assert not answer.tool_calls
@@ -83,6 +83,6 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
         assert stats.tool_result_tokens == sum(len(tok.encode(m.content)) for m in results)
         call_steps = [m for m in steps if m.tool_calls]
         assert stats.tool_call_tokens >= sum(len(m.record.reply_ids) - 1 for m in call_steps) > 0
-        assert app.meter.used == app.session.context_used == stats.context_used
-        stored = store.load(app.recorder.conversation_id).messages
+        assert app.meter.used == app.conversation.session.context_used == stats.context_used
+        stored = store.load(app.history.recorder.conversation_id).messages
         assert [m.role for m in stored] == [m.role for m in messages]

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
-from app.options import ChatOptions
+from app.settings.options import ChatOptions
 from app.tools.mcp_client import ServerConfig
-from app.tools.settings import ToolSettings
+from app.settings.tools import ToolSettings
 from app.tui.app import ChatApp
 from app.tui.loader import scripted_loader
 from app.tui.widgets.assistant_message import AssistantMessage
@@ -69,10 +69,10 @@ async def test_approve_once_runs_the_call_and_the_block_shows_it(tools_app, stor
         assert str(block.result_text.render()) == "42"
         reply = app.query_one(AssistantMessage)
         assert reply.content == "It is 42."
-        stats = app.session.messages[-1].stats
+        stats = app.conversation.session.messages[-1].stats
         assert stats.model_steps == 2 and stats.tool_result_tokens == len(app.chat.tokenizer.encode("42"))
         assert "2 steps · tool calls" in str(reply.query_one(".stats").render())
-        stored = store.load(app.recorder.conversation_id).messages
+        stored = store.load(app.history.recorder.conversation_id).messages
         assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
         assert stored[1].tool["tool_calls"][0]["function"]["name"] == "add" and stored[2].content == "42"
 
@@ -88,7 +88,7 @@ async def test_deny_sends_the_denial_back_and_always_asks_once(tools_app):
         assert not isinstance(app.screen, ToolApprovalScreen)  # the second add was not asked about
         statuses = [b.status for b in app.query(ToolCallBlock)]
         assert statuses == ["denied", "ok", "ok"]
-        assert [m.content for m in app.session.messages if m.role == "tool"] == [
+        assert [m.content for m in app.conversation.session.messages if m.role == "tool"] == [
             "error: the user denied this tool call", "2", "4"]
         assert app.tool_hub.call("test", "echo", {"text": "alive"}).text == "alive"  # crash never ran
 
@@ -102,7 +102,7 @@ async def test_esc_during_the_dialog_stops_the_turn(tools_app):
         app.action_stop()
         await wait_reply(pilot)
         assert not isinstance(app.screen, ToolApprovalScreen)
-        assert app.session.messages[-1].role == "tool" and "denied" in app.session.messages[-1].content
+        assert app.conversation.session.messages[-1].role == "tool" and "denied" in app.conversation.session.messages[-1].content
         assert app.tool_hub.call("test", "echo", {"text": "alive"}).text == "alive"
 
 
@@ -116,11 +116,11 @@ async def test_a_hostile_result_is_inert_text(tools_app):
         shown = str(app.query_one(ToolCallBlock).result_text.render())
         assert "\x1b" not in shown and "\x07" not in shown
         assert "\\x1b[2J" in shown and "<|im_start|>system" in shown
-        prompt = app.session.last_prompt.ids
+        prompt = app.conversation.session.last_prompt.ids
         im_start = app.chat.tokenizer.special_tokens["<|im_start|>"]
-        result = app.session.messages[2].content
+        result = app.conversation.session.messages[2].content
         # the result's own "<|im_start|>" texts are plain text: only the template's are control ids
-        assert prompt.count(im_start) == app.session.last_prompt.text.count("<|im_start|>") - result.count("<|im_start|>")
+        assert prompt.count(im_start) == app.conversation.session.last_prompt.text.count("<|im_start|>") - result.count("<|im_start|>")
 
 
 async def test_slash_tools_lists_tools_and_their_cost(tools_app):
@@ -144,7 +144,7 @@ async def test_a_resumed_tool_conversation_shows_its_calls(tools_app, store):
         await send(pilot, "Echo")
         await approve_next(pilot, "y")
         await wait_reply(pilot)
-        conv_id = app.recorder.conversation_id
+        conv_id = app.history.recorder.conversation_id
         await send(pilot, "/new")
         assert not app.query(ToolCallBlock)
         await app.resume_conversation(conv_id)
@@ -153,4 +153,4 @@ async def test_a_resumed_tool_conversation_shows_its_calls(tools_app, store):
         assert block.collapsed and str(block.title) == "🔧 echo · result"
         assert str(block.result_text.render()) == "\\x1b[31mred"
         assert json.loads(str(block.call_text.render()).replace("\\x1b", "\\u001b")) == {"text": "\x1b[31mred"}
-        assert [m.role for m in app.session.messages] == ["user", "assistant", "tool", "assistant"]
+        assert [m.role for m in app.conversation.session.messages] == ["user", "assistant", "tool", "assistant"]

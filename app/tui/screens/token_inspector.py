@@ -1,8 +1,8 @@
 """The token inspector: the exact ids a turn sent, their pieces, and where the context went.
 
 Opened with ``/tokens``, Ctrl+K, the palette, or a double click on a message.
-It reads the :class:`~app.context_breakdown.PromptRecord` the session kept
-for the reply and the :class:`~app.context_breakdown.Breakdown` computed on
+It reads the :class:`~app.conversation.context_breakdown.PromptRecord` the session kept
+for the reply and the :class:`~app.conversation.context_breakdown.Breakdown` computed on
 those same ids; nothing is encoded again.  The parts list on top is the
 breakdown (selecting a part underlines its ids and jumps to the first); the
 :class:`~app.tui.widgets.token_view.TokenView` below draws the prompt and
@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from app.context_breakdown import Breakdown, PromptRecord, role_and_content
+from app.conversation.context_breakdown import Breakdown, PromptRecord, role_and_content
 from app.tui.token_layout import id_pieces, pieces
 from app.tui.widgets.token_view import TokenRows, TokenView
 

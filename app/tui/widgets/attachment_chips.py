@@ -37,7 +37,7 @@ class AttachmentChips(Vertical):
         index: int
 
     def show(self, attachments: list) -> None:
-        """Redraw the chips for ``attachments`` (app.attachments.Attachment)."""
+        """Redraw the chips for ``attachments`` (app.conversation.attachments.Attachment)."""
         self.remove_children()
         self.set_class(bool(attachments), "-some")
         rows = []

@@ -36,7 +36,7 @@ class ConversationItem(ListItem):
 
 
 class HistorySidebar(Vertical):
-    """Search box over a list of :class:`app.store.ConversationInfo` rows."""
+    """Search box over a list of :class:`app.history.store.ConversationInfo` rows."""
 
     DEFAULT_CSS = """
     HistorySidebar { width: 38; dock: left; display: none; border-right: vkey $panel; }

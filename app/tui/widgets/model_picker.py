@@ -1,6 +1,6 @@
 """The ``/model`` picker: every model on this machine, recently used first; Enter opens one.
 
-The list is :func:`app.model_catalog.catalog` (bundled model, ``model.dirs``,
+The list is :func:`app.models.catalog.catalog` (bundled model, ``model.dirs``,
 the Hugging Face cache), read in a thread worker because it opens every
 model's header; the dialog shows at once and fills in.  It dismisses with
 the chosen model's path (what ``/model PATH`` takes), or None on Esc.
@@ -63,14 +63,14 @@ class ModelPicker(ModalScreen[str | None]):
 
     @work(thread=True, exclusive=True)
     def _read_catalog(self) -> None:
-        from app.model_catalog import catalog
+        from app.models.catalog import catalog
 
         entries, problems = catalog(self.dirs)
         self.app.call_from_thread(self._show, entries, problems)
 
     def _row(self, entry) -> Text:
         """Two lines: the facts in columns, then where the model comes from (what /model takes)."""
-        from app.model_catalog import human_age
+        from app.models.catalog import human_age
 
         info = entry.info
         here = self.current is not None and info.path.resolve() == self.current

@@ -168,8 +168,8 @@ class PromptInput(TextArea):
         await super()._on_key(event)
 
     def _complete_at(self) -> bool:
-        """Tab after ``@partial/pa``: complete the path (app.attachments.complete_path); False if none."""
-        from app.attachments import complete_path
+        """Tab after ``@partial/pa``: complete the path (app.conversation.attachments.complete_path); False if none."""
+        from app.conversation.attachments import complete_path
 
         row, col = self.cursor_location
         line = self.document.get_line(row)[:col]

@@ -17,7 +17,7 @@ class UserMessage(Static):
     """
 
     def __init__(self, text: str) -> None:
-        from app.attachments import summarize_blocks
+        from app.conversation.attachments import summarize_blocks
         from app.tui.inert import inert_text
 
         # an attached file is one line here (its text is in the message sent, the history and the

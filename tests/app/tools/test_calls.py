@@ -181,7 +181,7 @@ def test_bare_parallel_calls_and_a_bare_opening_in_the_stream(qwen):
 
 def test_enabled_names_servers_and_single_tools():
     from app.tools.mcp_client import ToolInfo
-    from app.tools.settings import ToolSettings
+    from app.settings.tools import ToolSettings
 
     tools = [ToolInfo("time", "get_current_time", "", {}), ToolInfo("time", "convert_time", "", {}),
              ToolInfo("test", "add", "", {}), ToolInfo("test", "echo", "", {})]

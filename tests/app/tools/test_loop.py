@@ -14,10 +14,10 @@ import json
 import pytest
 from tool_helpers import hub, Script, call_text  # noqa: F401 (hub: a fixture)
 
-from app.session import ChatSession
+from app.conversation.session import ChatSession
 from app.tools.display import printable
 from app.tools.loop import ALWAYS, DENY, ONCE, ToolLoop
-from app.tools.settings import ToolSettings
+from app.settings.tools import ToolSettings
 from backends.base import SamplingParams
 from backends.scripted import ScriptedBackend
 from templates import resolve_template

@@ -8,9 +8,9 @@ import sys
 from tool_helpers import TEST_SERVER, Script, call_text, sdk_server_config
 
 from app.cli import main
-from app.headless import run_headless
-from app.options import ChatOptions
-from app.tools.settings import ToolSettings
+from app.chat.headless import run_headless
+from app.settings.options import ChatOptions
+from app.settings.tools import ToolSettings
 from backends import SamplingParams
 from backends.scripted import ScriptedBackend
 

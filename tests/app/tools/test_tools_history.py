@@ -5,12 +5,12 @@ import io
 
 from tool_helpers import Script, call_text, sdk_server_config
 
-from app.export import conversation_from_json, to_json, to_markdown
-from app.headless import open_chat, run_headless
-from app.options import ChatOptions
-from app.recorder import HistoryRecorder
-from app.store import ChatStore
-from app.tools.settings import ToolSettings
+from app.history.export import conversation_from_json, to_json, to_markdown
+from app.chat.headless import open_chat, run_headless
+from app.settings.options import ChatOptions
+from app.history.recorder import HistoryRecorder
+from app.history.store import ChatStore
+from app.settings.tools import ToolSettings
 from backends import SamplingParams
 from backends.scripted import ScriptedBackend
 

@@ -1,0 +1,332 @@
+"""Headless chat: one prompt in, the reply streamed to stdout (for scripts, tests and benchmarks).
+
+* the reply goes to stdout as it is generated; with ``--show-thinking`` the
+  reasoning goes to stderr (it is never mixed into stdout);
+* notices (template fallback, dropped turns) and errors go to stderr, one line each;
+* ``--stats`` writes one JSON line of :class:`app.conversation.session.TurnStats` to stderr at the end;
+* Ctrl-C cancels the generation cleanly: the partial reply stays printed, the stats line
+  (``finish_reason: "cancelled"``) is still written, and the exit status is 130.  A
+  second Ctrl-C interrupts at once.  SIGTERM (``timeout``, systemd, docker) and SIGHUP
+  (the terminal closed) do the same, exiting 143 and 129: the history keeps everything
+  that was printed.  A closed stdout (``| head -c 10``) stops the reply the same way:
+  one line on stderr, the stats, exit 141 (128 + SIGPIPE).
+
+Tools: with ``--tools`` the turn runs through :class:`app.tools.loop.ToolLoop`; each call
+and its result are one line on stderr (text made printable), and a call runs only with
+``--approve-tools``, a ``tools.auto_approve`` entry, or a yes typed on the terminal.
+
+History: ``recorder`` (an :class:`app.history.recorder.HistoryRecorder` or anything with
+``on_user``/``on_event``/``on_reply``/``close``) is told about the turn; None records nothing.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any, Iterator, TextIO
+
+from app.settings.options import ChatOptions
+from app.conversation.session import ChatMessage, ChatSession
+
+EXIT_INTERRUPTED = 130
+#: the exit status when stdout was closed under the reply (a shell's 128 + SIGPIPE)
+EXIT_BROKEN_PIPE = 141
+#: signals that stop the reply as Ctrl-C does; the exit status is 128 + the signal's number
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, list[str]]:
+    """Load tokenizer, template and backend for ``options``; returns the session and its notices."""
+    from app.models.header import load_chat_tokenizer, take_header
+    from app.models.resolution import resolve_model
+    from templates import resolve_template
+
+    if options.server is not None and backend is None:
+        from app.chat.remote import open_remote
+
+        tokenizer, template, notice, backend, _ = open_remote(options)
+        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
+                              sampling=options.sampling, context_size=backend.info.context_size,
+                              enable_thinking=options.think)
+        return session, ([notice] if notice else []) + backend.info.notes
+    path = resolve_model(options.model)
+    header = take_header(path, options)
+    opened = backend is None
+    pending = None
+    if backend is None:
+        from backends import LoadOptions, start_backend
+
+        # the engine loads in its own process while this one reads the tokenizer and the template
+        pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
+                                                  speculative=options.speculative, draft_model=options.draft_model))
+    try:
+        tokenizer = load_chat_tokenizer(path, header)
+        template, notice = resolve_template(options.template, tokenizer, options.template_file)
+    except BaseException:
+        if pending is not None:
+            pending.discard()
+        raise
+    notices = [notice] if notice else []
+    if pending is not None:
+        from backends import BackendError
+
+        try:
+            backend = pending.result()
+        except BackendError as exc:
+            from backends.model_meta import explain_load_failure
+
+            better = explain_load_failure(header, path, options.ctx)
+            if better is None:
+                raise
+            raise BackendError(f"{better} (the engine said: {exc})") from exc
+        except BaseException:  # Ctrl-C while the engine loads: the engine goes with it
+            pending.discard()
+            raise
+        notices.extend(backend.info.notes)
+    try:
+        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
+                              sampling=options.sampling, context_size=options.ctx or backend.info.context_size,
+                              enable_thinking=options.think)
+    except BaseException:
+        if opened:
+            backend.close()  # its engine thread must not outlive this error
+        raise
+    return session, notices
+
+
+def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = None,
+                 out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    session, notices = open_chat(options, backend)
+    for notice in notices:
+        print(f"tokchat: {notice}", file=err)
+    prompt = options.prompt or ""
+    if options.attach:
+        from app.conversation.attachments import AttachLimits, AttachmentError, compose, read_attachment
+
+        limits = options.attach_limits or AttachLimits()
+        try:
+            files = [read_attachment(path, limits, session.draft_tokens, tui=False) for path in options.attach]
+        except AttachmentError as exc:
+            print(f"tokchat: {exc}", file=err)
+            return 2
+        for file in files:
+            print(f"tokchat: attached {file.summary()}", file=err)
+        prompt = compose(prompt, files)
+    tools = _open_tools(options, session, recorder, err)
+    steer = _steer(options, session, recorder, err)  # --resume / --continue (app.history.resume)
+    if steer == "refused":
+        session.backend.close()
+        return 2
+    if recorder is not None and steer != "continue":
+        # model name and template are known only now that the model is loaded
+        if options.resume is None:
+            recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
+        recorder.on_user(ChatMessage("user", prompt))
+    status = 0
+    wrote_content = False
+    stoppable = tools.loop if tools is not None else session
+    reply_out = _ReplyOut(out, err, stoppable)
+    try:
+        # the handlers stay until the reply is stored: a signal then still finds it whole
+        with _stop_on_signals(stoppable) as caught:
+            if steer == "continue":
+                events = session.continue_reply()
+            else:
+                events = tools.loop.send(prompt) if tools is not None else session.send(prompt)
+            for event in events:
+                if recorder is not None:
+                    recorder.on_event(event)
+                if event.kind == "content":
+                    reply_out.write(event.text)
+                    wrote_content = wrote_content or bool(event.text)
+                elif event.kind == "reasoning" and options.show_thinking:
+                    err.write(event.text)
+                    err.flush()
+                elif event.kind in ("notice", "error"):
+                    print(f"tokchat: {event.text}", file=err)
+                    status = 2 if event.kind == "error" else status
+                elif event.kind in ("tool_call", "tool_result"):
+                    _print_tool_event(event, err)
+                elif event.kind == "done" and event.stats is not None:
+                    if event.stats.finish_reason == "cancelled":
+                        status = EXIT_INTERRUPTED
+                    if wrote_content:
+                        reply_out.write("\n")
+                    if options.stats:
+                        from app.history.export import finite
+
+                        print(json.dumps(finite(asdict(event.stats))), file=err, flush=True)
+            reply = session.messages[-1] if session.messages and session.messages[-1].role == "assistant" else None
+            if recorder is not None and reply is not None:
+                recorder.on_reply(reply)
+        if reply_out.broken is not None:
+            status = EXIT_BROKEN_PIPE
+        elif caught:
+            status = 128 + caught[0]
+    finally:
+        if recorder is not None:
+            recorder.close()
+        if tools is not None:
+            tools.close()
+        session.backend.close()
+    return status
+
+
+def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> str:
+    """``--resume ID`` loads a stored conversation; ``--continue`` then continues its last reply.
+    Returns "continue", "send", or "refused" (one line said why on ``err``).
+    Thinking and the reasoning budget remembered for the model (``[models.NAME]``, app.settings.model_memory)
+    apply unless given for this run."""
+    from app.settings.config import ConfigError
+    from app.settings.model_memory import apply_remembered
+
+    session.reasoning_budget = options.reasoning_budget
+    try:
+        apply_remembered(options, session, session.backend.info.model_name)
+    except ConfigError as exc:
+        print(f"tokchat: {exc}", file=err)
+    if options.resume is not None:
+        from app.history.resume import ResumeError, resume_into
+
+        try:
+            resume_into(session, options.resume, recorder)
+        except ResumeError as exc:
+            print(f"tokchat: {exc}", file=err)
+            return "refused"
+    if not options.continue_reply:
+        return "send"
+    why = session.continue_refusal()
+    if why is not None:
+        print(f"tokchat: --continue: {why}", file=err)
+        return "refused"
+    if recorder is not None:
+        recorder.on_continue(session.messages[-1])
+    return "continue"
+
+
+def _open_tools(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> Any:
+    """The chat's tools (None without ``--tools``); intermediate messages go to the history."""
+    if options.tools is None or not options.tools.selected():
+        return None  # no tools: the MCP client (and asyncio with it) is never imported
+    from app.tools.setup import open_tools
+
+    def on_message(message: ChatMessage) -> None:
+        if recorder is None:
+            return
+        if message.role == "assistant":
+            recorder.on_reply(message)
+        else:
+            recorder.on_user(message)
+
+    return open_tools(options.tools, session, approve=_ask_on_terminal(err),
+                      notify=lambda line: print(f"tokchat: {line}", file=err), on_message=on_message)
+
+
+def _ask_on_terminal(err: TextIO) -> Any:
+    """Approval for a headless run: asked on the terminal when there is one, else denied."""
+    from app.tools.display import call_line
+    from app.tools.loop import ALWAYS, DENY, ONCE
+
+    def approve(call: Any, server: str) -> str:
+        try:
+            if not sys.stdin.isatty():
+                raise OSError("no terminal")
+            with open("/dev/tty", "r+", encoding="utf-8") as tty:
+                tty.write(f"tokchat: run {call_line(server, call.name, call.arguments)}? "
+                          "[y]es once / [a]lways / [N]o: ")
+                tty.flush()
+                answer = tty.readline().strip().lower()
+        except OSError:
+            print(f"tokchat: tool call {call.name} denied: no terminal to ask on; run with --approve-tools or "
+                  "list the tool in tools.auto_approve", file=err)
+            return DENY
+        return {"y": ONCE, "yes": ONCE, "a": ALWAYS, "always": ALWAYS}.get(answer, DENY)
+
+    return approve
+
+
+def _print_tool_event(event: Any, err: TextIO) -> None:
+    from app.tools.display import preview
+
+    if event.kind == "tool_call":
+        call, _server = event.data
+        state = f" (not run: {call.error})" if call.error else ""
+        print(f"tokchat: tool call {event.text}{state}", file=err)
+    else:
+        outcome = event.data
+        print(f"tokchat: tool result {outcome.call.name} [{outcome.status}, {outcome.tokens} tokens]: "
+              f"{preview(outcome.text)}", file=err)
+
+
+class _ReplyOut:
+    """stdout for the reply; once it is closed under us the reply is cancelled, not lost.
+
+    ``broken`` says why writing stopped (None while it works).  The rest of the reply's
+    events still run through the loop, so the session ends the turn as cancelled and the
+    history stores it; stdout is pointed at /dev/null so that Python's own flush at exit
+    does not fail again.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO, stoppable: Any) -> None:
+        self._out = out
+        self._err = err
+        self._stoppable = stoppable
+        self.broken: str | None = None
+
+    def write(self, text: str) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self._out.write(text)
+            self._out.flush()
+        except OSError as exc:  # BrokenPipeError, or EIO from a terminal that went away
+            self.broken = "broken pipe" if isinstance(exc, BrokenPipeError) else (exc.strerror or str(exc))
+            self._stoppable.cancel()
+            self._silence()
+            print(f"tokchat: stdout was closed ({self.broken}): the reply stopped there; what was generated "
+                  "is kept in the history", file=self._err, flush=True)
+
+    def _silence(self) -> None:
+        import os
+
+        try:
+            fd = self._out.fileno()
+        except (OSError, ValueError, AttributeError):
+            return  # not a real file (a test's StringIO): nothing flushes it at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+@contextmanager
+def _stop_on_signals(session: Any) -> Iterator[list[int]]:
+    """The first SIGINT, SIGTERM or SIGHUP cancels the reply (which then ends normally and
+    is stored); a second one interrupts.  Yields the signals caught, first one first."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+        session.cancel()
+
+    previous = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:  # Windows has no SIGHUP
+            previous[number] = signal.signal(number, on_signal)
+    try:
+        yield caught
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,94 @@
+"""``tokchat config path|show|init``: where the settings live and what they add up to.
+
+``show`` prints the merged settings as TOML, each value followed by where it
+came from (default.toml, the model's preset, the user's config.toml, a flag),
+so "why is the temperature 0.2?" has an answer.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.cli import CLIError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["path", "show", "init"],
+                        help="path: the user config file; show: merged settings and their sources; "
+                             "init: write a commented config.toml to start from")
+    parser.add_argument("--json", action="store_true", help="show: JSON {key: {value, source}}")
+    from app.cli import chat
+
+    # the chat flags, so that `config show --model X --temp 0` shows what that chat would get
+    chat.add_arguments(parser.add_argument_group("chat flags (show: as the chat would see them)"))
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, str)):
+        return json.dumps(value, ensure_ascii=False)
+    return repr(value)
+
+
+def show(args: argparse.Namespace) -> int:
+    from app.settings.config import load_settings
+
+    settings = load_settings(args)
+    v, sources = settings.values, settings.sources
+    if args.json:
+        print(json.dumps({k: {"value": v[k], "source": sources[k]} for k in v}, indent=2, ensure_ascii=False))
+        return 0
+    print(f"# files: {', '.join(str(p) for p in settings.files)}")
+    if settings.preset is not None:
+        print(f"# model: {settings.model_path} -> preset {settings.preset.name} ({settings.preset.path})")
+    elif settings.preset_note:
+        print(f"# {settings.preset_note}")
+    lines, section = [], None
+    for key, value in v.items():
+        head, name = key.split(".", 1)
+        if head != section:
+            lines.append(("", f"\n[{head}]"))
+            section = head
+        lines.append((sources[key], f"{name} = {_toml_value(value)}"))
+    width = min(max(len(text) for src, text in lines if src), 40)
+    for src, text in lines:
+        print(f"{text:<{width}}  # {src}" if src else text)
+    return 0
+
+
+def init() -> int:
+    from app.settings.config import DEFAULTS_PATH, user_config_path
+
+    path = user_config_path()
+    if path.is_dir():
+        raise CLIError(f"{path} is a directory, not a config file: move it away first")
+    if path.exists():
+        raise CLIError(f"{path} exists already: edit it (see `tokchat config show`)")
+    lines = []
+    for line in DEFAULTS_PATH.read_text(encoding="utf-8").splitlines():
+        # every setting commented out: the file starts as a no-op the user edits
+        is_setting = line and not line.startswith(("#", "["))
+        lines.append(f"# {line}" if is_setting else line)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(path)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "path":
+        from app.settings.config import user_config_path
+
+        path = user_config_path()
+        print(path)
+        if path.is_dir():
+            print("(a directory, not a config file: move it away, then `tokchat config init` writes a commented one)",
+                  file=sys.stderr)
+        elif not path.exists():
+            print("(does not exist yet: `tokchat config init` writes a commented one)", file=sys.stderr)
+        return 0
+    if args.action == "init":
+        return init()
+    return show(args)

@@ -1,0 +1,106 @@
+"""``tokchat doctor [--json]``: which backend tokchat would use here, and why.
+
+Runs the same detection as ``--backend auto`` (:mod:`backends.detect`) and
+prints every finding and every candidate with the reason it can or cannot
+run, plus the command that would fix it.  ``--json`` prints the same as
+data.  Loads no model; reads the header of ``--model`` (default: the
+configured or bundled one) to say where a backend would change its answers
+(OpenVINO's lossy GGUF Q4_1 conversion).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--server", metavar="URL", help="check an inference server instead: reachability, kind, "
+                        "model, context and whether its token ids are ours")
+    parser.add_argument("--server-kind", choices=["auto", "llamacpp", "vllm", "sglang"], default="auto")
+    parser.add_argument("--api-key", help="the server's API key (or set TOKCHAT_API_KEY)")
+    parser.add_argument("--model", "-m", help="with --server: our tokenizer for the id check (default: what the "
+                        "server serves); else the model to check against the local backends (default: the "
+                        "configured one)")
+
+
+def model_caveats(model: str | None) -> list[str]:
+    """Lines about the model: where a backend computes it differently from llama.cpp."""
+    from app.models.resolution import resolve_model
+    from backends.base import BackendError
+    from backends.model_meta import read_model_meta
+    from backends.openvino import gguf_caveat
+
+    try:
+        meta = read_model_meta(resolve_model(model))
+    except (BackendError, OSError) as exc:  # no model to check is not a doctor failure
+        return [f"model: not checked ({exc})"]
+    caveat = gguf_caveat(meta.quantization) if meta.format == "gguf" else ""
+    return [f"model {meta.path.name}: {caveat}" if caveat else
+            f"model {meta.path.name}: {meta.quantization}, no backend known to convert it lossily"]
+
+
+def engine_lines() -> list[str]:
+    """How the local engine runs here: its process, threads, the CPU's AMX and what tokchat chose for it."""
+    import sys
+    from pathlib import Path
+
+    from backends.cpu import build_fingerprint, cpu_model, has_amx, llama_default_threads
+    from backends.engine_patches import patch_files
+    from backends.hosted import amx_fault_record
+
+    lines = [f"engine: local engines run in their own process (a crash costs the reply, not the chat); "
+             f"llama.cpp with {llama_default_threads()} thread(s) (its default: the physical cores; --threads "
+             "changes it), flash attention auto (llama.cpp's default)",
+             f"cpu: {cpu_model()}, AMX {'yes' if has_amx() else 'no'}"]
+    patches = ", ".join(p.name for p in patch_files())
+    if has_amx():
+        if amx_fault_record().exists():
+            lines.append(f"amx: weight repacking OFF: llama.cpp's AMX kernel crashed on this CPU before "
+                         f"(remembered in {amx_fault_record()}; delete it to try again)")
+        else:
+            lines.append(f"amx: repacking ON with the AMX kernel, built with tokchat's fix for llama.cpp #20824 "
+                         f"({patches}); if it still crashes, tokchat restarts the engine with repacking off and "
+                         "remembers that")
+    else:
+        lines.append("amx: this CPU has no AMX, llama.cpp's AMX kernel is not used")
+    stamp = Path(sys.prefix) / ".tokchat-engine"
+    if stamp.is_file():
+        built_here = f"cpu{build_fingerprint()}" in stamp.read_text()
+        lines.append("engine build: for this CPU's features" if built_here else
+                     "engine build: made for ANOTHER CPU (it may die of SIGILL here): run `python3 dev.py run` "
+                     "to build it for this one")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from backends.detect import detect
+
+    if getattr(args, "server", None):
+        from app.chat.remote_doctor import run_server_doctor
+        from app.settings.server import remote_settings
+
+        settings = remote_settings({"url": args.server, "kind": args.server_kind, "api_key": args.api_key},
+                                   api_key_from_flag=bool(args.api_key))
+        assert settings is not None
+        return run_server_doctor(settings, args.model, args.json)
+
+    from tokenizer.accel import accel_status
+
+    report = detect()
+    model = args.model
+    if model is None:
+        from app.settings.config import chat_options
+
+        model = chat_options(argparse.Namespace()).model
+    caveats = model_caveats(model)
+    engine = engine_lines()
+    if args.json:
+        print(json.dumps({**report.to_dict(), "tokenizer": accel_status(), "model_notes": caveats,
+                          "engine": engine}, indent=2))
+    else:
+        print(report.text())
+        print("\n".join(engine))
+        print(f"tokenizer: {accel_status()}")
+        print("\n".join(caveats))
+    return 0

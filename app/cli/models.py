@@ -1,0 +1,58 @@
+"""``tokchat models``: the models this machine has, recently used first, with architecture,
+quantization, size and context length.
+
+Looks at the bundled model, the directories in ``model.dirs`` of the config,
+and the Hugging Face cache (:mod:`app.models.catalog`); only headers are
+read.  Each line gives the exact ``--model`` value that picks the model;
+``tokchat rm`` takes the same value for downloaded ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", action="append", default=[], help="also look in this directory (repeatable)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per model")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def _context(n: int | None) -> str:
+    if not n:
+        return "?"
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app.settings.config import load_settings
+    from app.models.catalog import catalog, human_age
+
+    dirs = [Path(d).expanduser() for d in load_settings(use_preset=False).values["model.dirs"]]
+    entries, problems = catalog(dirs + [Path(d) for d in args.dir])
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.as_json(), ensure_ascii=False))
+    else:
+        rows = [(e.info.name, e.info.architecture, e.info.quantization, _size(e.info.size_bytes),
+                 _context(e.info.context_length), human_age(e.last_used), e.model_arg) for e in entries]
+        header = ("NAME", "ARCH", "QUANT", "SIZE", "CTX", "USED", "--model")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
+        for row in [header, *rows]:
+            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[6])
+        if not entries:
+            print("no models found (`tokchat pull qwen2.5` downloads one; or add directories to model.dirs "
+                  "in config.toml)")
+    for line in problems:
+        print(f"tokchat: skipped {line}", file=sys.stderr)
+    return 0

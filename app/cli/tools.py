@@ -1,0 +1,82 @@
+"""``tokchat tools``: the configured MCP servers, their tools, and what each costs in tokens.
+
+    tokchat tools [--model PATH] [--server NAME ...]
+
+Starts every server in ``[mcp.servers]`` (or those named), lists each tool
+with its schema's size in tokens (the model's tokenizer; the bundled one by
+default), and what the schemas add to a prompt through the chat template.
+A server that does not start is one line; the others are still listed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.cli import CLIError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", "-m", help="count tokens with this model's tokenizer and template "
+                        "(default: the configured or bundled model)")
+    parser.add_argument("--server", action="append", help="only this server (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.settings.config import load_settings
+    from app.tools.mcp_client import McpHub
+    from app.settings.tools import tool_settings
+
+    settings = load_settings(args, use_preset=False)
+    tools_settings = tool_settings(settings)
+    servers = tools_settings.servers
+    if not servers:
+        print("no MCP servers configured: add [mcp.servers.NAME] tables to "
+              f"{settings.files[-1] if len(settings.files) > 1 else 'your config.toml (tokchat config path)'}")
+        return 0
+    names = args.server or list(servers)
+    unknown = [n for n in names if n not in servers]
+    if unknown:
+        raise CLIError(f"no MCP server named {unknown[0]!r} (configured: {', '.join(servers)})")
+    counter = _counter(settings.values["model.default"] if args.model is None else args.model)
+    with McpHub([servers[n] for n in names], call_timeout_s=tools_settings.call_timeout_s) as hub:
+        failures = hub.start(names)
+        print(tools_table(hub, names, failures, counter))
+    return 0
+
+
+def tools_table(hub, names, failures, counter) -> str:
+    """Servers, their tools and schema sizes, as plain lines (also what /tools shows)."""
+    from app.tools.display import printable
+
+    lines = []
+    total = 0
+    for name in names:
+        if name in failures:
+            lines.append(f"{name}: not available: {printable(failures[name])}")
+            continue
+        tools = hub.tools([name])
+        config = hub.configs[name]
+        where = config.url or " ".join([config.command, *config.args])
+        lines.append(f"{name} ({config.transport}: {printable(where)}): {len(tools)} tools")
+        for tool in tools:
+            cost = counter(tool.schema()) if counter else None
+            total += cost or 0
+            description = printable(" ".join(tool.description.split()))[:70]
+            lines.append(f"  {tool.name:<24} {str(cost) + ' tokens' if cost is not None else '':>11}  {description}")
+    if counter:
+        lines.append(f"schemas: {total} tokens in all (as JSON; the template adds its own instructions)")
+    return "\n".join(lines)
+
+
+def _counter(model: str | None):
+    """Tokens of a schema as JSON, with the model's tokenizer; None if it cannot be loaded."""
+    from app.models.resolution import resolve_model
+    from app.tools.setup import schema_tokens
+    from tokenizer import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(resolve_model(model or None))
+    except Exception as exc:  # noqa: BLE001 - the listing still works without counts
+        print(f"tokchat: token counts left out: {exc}", file=sys.stderr)
+        return None
+    return lambda schema: schema_tokens(tokenizer, schema)

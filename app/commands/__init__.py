@@ -1,1 +1,0 @@
-"""One module per ``tokchat`` subcommand, each with ``add_arguments(parser)`` and ``run(args) -> int``."""

@@ -1,0 +1,301 @@
+"""Record one chat into the history, and never let the history stop the chat.
+
+:class:`HistoryRecorder` is what headless runs and the TUI talk to.  The
+calls follow a turn:
+
+    recorder.on_user(ChatMessage("user", text))      # committed before generation starts
+    for event in session.send(text):
+        recorder.on_event(event)                     # partial reply saved about once a second
+    recorder.on_reply(session.messages[-1])          # final text, stats and finish reason
+    ...
+    recorder.close()                                 # a reply still open is kept as "interrupted"
+
+The first :class:`app.history.store.StoreError` (read-only directory, full disk, a
+database from a newer tokchat) switches the recorder off for the rest of the
+chat; :meth:`take_notice` hands out the one-line explanation exactly once, so
+the UI says it once.  ``history = false`` / ``--no-history`` gives a recorder
+that never opens, creates or writes anything.
+
+The recorder owns this chat's place in the stored tree: :attr:`HistoryRecorder.tip_id`,
+the last message it wrote or was shown.  Every message it writes follows that one, not the
+conversation's shared tip, so two processes on one conversation each extend their own
+branch (the conversation's tip then names the branch written last).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from app.history.store import ChatStore, StoreError
+
+
+class HistoryRecorder:
+    """Writes one conversation as it happens; inert once disabled."""
+
+    def __init__(self, *, enabled: bool = True, store_path: str | Path | None = None,
+                 store: ChatStore | None = None, model_path: str | Path = "", model_name: str = "",
+                 template: str = "", system: str = "", sampling: Any = None,
+                 settings: dict | None = None, progress_interval_s: float = 1.0,
+                 notify: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``notify``: called once with the notice when history switches itself off (headless:
+        print it to stderr); without it, poll :meth:`take_notice`."""
+        self.enabled = enabled
+        self._notify = notify
+        self._store = store
+        self._store_path = store_path
+        self._owns_store = store is None
+        self._meta = dict(model=str(model_path or ""), model_name=model_name, template=template,
+                          system=system, sampling=sampling, settings=settings or {})
+        self.conversation_id: int | None = None
+        #: the row id of the last user message committed (None before, or when history is off)
+        self.last_user_id: int | None = None
+        #: this chat's last message in the stored tree: what the next message follows
+        self.tip_id: int | None = None
+        self._notice: str | None = None
+        self._notice_taken = False
+        self._reply_id: int | None = None
+        self._partial = {"content": "", "reasoning": ""}
+        self._interval = progress_interval_s
+        self._clock = clock
+        self._last_progress = 0.0
+
+    @classmethod
+    def from_options(cls, options: Any, *, model_path: str | Path = "", model_name: str = "",
+                     template: str = "", **kwargs: Any) -> HistoryRecorder:
+        """A recorder for a chat run with :class:`app.settings.options.ChatOptions`.
+
+        ``model_path`` defaults to the path :func:`app.settings.config.chat_options` resolved; model name
+        and template, known only once the model is loaded, can follow through :meth:`start_new`
+        before the first :meth:`on_user`.
+        """
+        from dataclasses import asdict
+
+        settings = {"backend": options.backend, "ctx": options.ctx, "think": options.think,
+                    "template_option": options.template, "preset": getattr(options, "preset", None)}
+        model_path = model_path or getattr(options, "model_path", None) or options.model or ""
+        kwargs.setdefault("system", options.system)
+        kwargs.setdefault("sampling", asdict(options.sampling))
+        return cls(enabled=options.history, model_path=model_path, model_name=model_name,
+                   template=template, settings=settings, **kwargs)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> ChatStore | None:
+        """The open store (opened on first use), or None when history is off."""
+        if not self.enabled:
+            return None
+        if self._store is None:
+            try:
+                self._store = ChatStore(self._store_path)
+            except StoreError as exc:
+                self._disable(exc)
+                return None
+        return self._store
+
+    def _disable(self, exc: StoreError) -> None:
+        self.enabled = False
+        if self._notice is None:
+            self._notice = f"history is off for this chat: {exc}"
+            if self._notify is not None:
+                self._notice_taken = True
+                self._notify(self._notice)
+
+    @property
+    def notice(self) -> str | None:
+        """Why history was switched off, if it was."""
+        return self._notice
+
+    def take_notice(self) -> str | None:
+        """The notice the first time it is asked for after history failed; None afterwards."""
+        if self._notice is None or self._notice_taken:
+            return None
+        self._notice_taken = True
+        return self._notice
+
+    def _guard(self, action: Callable[[ChatStore], Any]) -> Any:
+        store = self.store
+        if store is None:
+            return None
+        try:
+            return action(store)
+        except StoreError as exc:
+            self._disable(exc)
+            return None
+
+    # -- conversation -----------------------------------------------------------------------
+
+    def start_new(self, **meta: Any) -> None:
+        """The next message starts a new conversation (``meta`` updates model/template/system...)."""
+        self.close_reply()
+        self._meta.update(meta)
+        self.conversation_id = None
+        self.tip_id = None
+
+    def resume(self, conv_id: int, tip_id: int | None | object = ...) -> None:
+        """Append further turns to a stored conversation, after message ``tip_id`` (by default
+        the conversation's tip as stored now)."""
+        self.close_reply()
+        self.conversation_id = conv_id
+        if tip_id is ...:
+            tip_id = self._guard(lambda s: s.tip_id(conv_id))
+        self.tip_id = tip_id  # type: ignore[assignment]
+
+    def update(self, **meta: Any) -> None:
+        """What the next turns are produced with changed (``/model``: model, model_name, template,
+        sampling): kept for a conversation not stored yet, and written to the stored one."""
+        self._meta.update(meta)
+        if self.conversation_id is not None:
+            conv_id = self.conversation_id
+            columns = {k: v for k, v in meta.items() if k in ("template", "sampling", "model", "model_name")}
+            self._guard(lambda s: s.update_conversation(conv_id, **columns))
+
+    def set_system(self, text: str) -> None:
+        self._meta["system"] = text
+        if self.conversation_id is not None:
+            self._guard(lambda s: s.update_conversation(self.conversation_id, system=text))
+
+    def rewind(self, tip_id: int | None) -> None:
+        """The next message follows ``tip_id`` (regenerate, edit: the replaced message becomes its sibling)."""
+        self.close_reply()
+        self.tip_id = tip_id
+        if self.conversation_id is not None:
+            conv_id = self.conversation_id
+            self._guard(lambda s: s.show_branch(conv_id, tip_id))
+
+    def truncate(self, keep: int) -> None:
+        """Drop stored messages after the first ``keep`` (regenerate, edit the last message)."""
+        self.close_reply()
+        if self.conversation_id is not None:
+            conv_id = self.conversation_id
+            self._guard(lambda s: s.truncate(conv_id, keep))
+            self.tip_id = self._guard(lambda s: s.tip_id(conv_id))
+
+    def _conversation(self, store: ChatStore, first: Any = None) -> int:
+        """The conversation's id, created now if needed (titled from ``first``, the user's message)."""
+        if self.conversation_id is None:
+            from app.conversation.attachments import title_words
+            from app.history.types import make_title
+
+            meta = self._meta
+            content = getattr(first, "content", "") if getattr(first, "role", "") == "user" else ""
+            self.conversation_id = store.new_conversation(
+                meta["model"], meta["template"], meta["system"], meta["sampling"],
+                model_name=meta["model_name"], settings=meta["settings"],
+                title=make_title(title_words(content)) if content else "")
+            self.tip_id = None
+        return self.conversation_id
+
+    def _add(self, message: Any) -> int | None:
+        """Commit ``message`` after this chat's tip; it becomes the tip."""
+        msg_id = self._guard(lambda s: s.add_message(self._conversation(s, message), message,
+                                                     parent_id=self.tip_id))
+        if msg_id is not None:
+            self.tip_id = msg_id
+            if hasattr(message, "store_id"):
+                message.store_id = msg_id
+        return msg_id
+
+    # -- a turn -----------------------------------------------------------------------------
+
+    def on_user(self, message: Any) -> None:
+        """Commit the user's message (call before generation starts); its row id is ``last_user_id``."""
+        self.close_reply()
+        self.last_user_id = self._add(message)
+
+    def show_branch(self, tip_id: int | None) -> None:
+        """The user chose another sibling: the branch ending at ``tip_id`` is the one shown."""
+        self.close_reply()
+        if self.conversation_id is not None and tip_id is not None:
+            self.tip_id = tip_id
+            self._guard(lambda s: s.show_branch(self.conversation_id, tip_id))
+
+    def on_reply_start(self) -> None:
+        """Insert the reply as in progress (``on_event`` does this on the first event)."""
+        if self._reply_id is None:
+            self._partial = {"content": "", "reasoning": ""}
+            self._last_progress = self._clock()
+            self._reply_id = self._guard(lambda s: s.begin_reply(self._conversation(s), parent_id=self.tip_id))
+            if self._reply_id is not None:
+                self.tip_id = self._reply_id
+
+    def on_event(self, event: Any) -> None:
+        """Follow a ``ReplyEvent``: reasoning/content text is kept and saved now and then."""
+        if not self.enabled or getattr(event, "kind", None) not in ("reasoning", "content"):
+            return
+        self.on_reply_start()
+        self._partial[event.kind] += event.text
+        now = self._clock()
+        if self._reply_id is not None and now - self._last_progress >= self._interval:
+            self._last_progress = now
+            reply_id = self._reply_id
+            self._guard(lambda s: s.update_reply(reply_id, self._partial["content"], self._partial["reasoning"]))
+
+    def on_reply(self, message: Any) -> None:
+        """Commit the finished reply (``finish_reason`` "stop", "length", "cancelled", "error")."""
+        if not self.enabled:
+            return
+        if self._reply_id is None:
+            reply_id = self._add(message)
+        else:
+            reply_id, self._reply_id = self._reply_id, None
+            self._guard(lambda s: s.finish_message(reply_id, message))
+        if reply_id is not None and hasattr(message, "store_id"):
+            message.store_id = reply_id  # so that choosing this reply again can be stored
+
+    def on_continue(self, message: Any) -> None:
+        """A stored reply is being continued (/continue): :meth:`on_reply` then updates its row
+        (text, ids, stats with both parts) instead of adding a message.  A reply not stored yet is
+        added by :meth:`on_reply` as usual."""
+        self.close_reply()
+        store_id = getattr(message, "store_id", None)
+        if not self.enabled or store_id is None or self.conversation_id is None:
+            return
+        self._reply_id = store_id
+        self._partial = {"content": message.content, "reasoning": message.reasoning}
+        self._last_progress = self._clock()
+        self.tip_id = store_id
+
+    def fork(self, at_store_id: int | None, messages: list[Any]) -> int | None:
+        """Make the stored branch up to ``at_store_id`` a new conversation linked to this one, and go on
+        in it; ``messages`` (the session's kept path) get the new rows' ids.  None when not stored."""
+        self.close_reply()
+        if self.conversation_id is None:
+            return None
+        source = self.conversation_id
+        new_id = self._guard(lambda s: s.fork(source, at_store_id))
+        if new_id is None:
+            return None
+        self.conversation_id = new_id
+        stored = self._guard(lambda s: s.load(new_id))
+        if stored is not None:
+            for message, row in zip(messages, stored.messages):
+                if hasattr(message, "store_id"):
+                    message.store_id = row.id
+            self.tip_id = stored.messages[-1].id if stored.messages else None
+        return new_id
+
+    @property
+    def reply_open(self) -> bool:
+        """A reply has been started (``on_event``) and not committed yet."""
+        return self._reply_id is not None
+
+    def close_reply(self, finish_reason: str = "interrupted") -> None:
+        """Commit a reply still open with the text received so far."""
+        if self._reply_id is None:
+            return
+        from types import SimpleNamespace
+
+        partial = SimpleNamespace(role="assistant", content=self._partial["content"],
+                                  reasoning=self._partial["reasoning"], stats=None, finish_reason=None)
+        reply_id, self._reply_id = self._reply_id, None
+        self._guard(lambda s: s.finish_message(reply_id, partial, finish_reason))
+
+    def close(self) -> None:
+        """End the chat: an open reply is kept as interrupted, and the store is closed."""
+        self.close_reply()
+        if self._store is not None and self._owns_store:
+            self._store.close()
+            self._store = None

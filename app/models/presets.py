@@ -1,0 +1,138 @@
+"""Model presets: per-family defaults in ``configs/models/*.toml``, chosen from the GGUF header.
+
+A preset says which models it is for (``[match]``: ``general.architecture``
+values, and name phrases looked for in ``general.basename``,
+``general.name`` and the file name) and which settings suit them: template,
+thinking, context size, sampling.  A preset that names phrases beats one
+that only names an architecture (SmolLM2 and Llama 3 share ``llama``).
+Files in ``<config dir>/models/`` replace the shipped ones of the same name.
+
+Phrases match whole words after lower-casing and treating ``-``, ``_``,
+``.`` and spaces alike: "llama 3" matches "Meta-Llama-3.1-8B" but not
+"llama-30b".
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.settings.config import SCHEMA, ConfigError, config_dir, flatten, read_toml
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "configs" / "models"
+
+#: settings a preset may set
+PRESET_KEYS = frozenset({"chat.template", "chat.thinking", "model.context_size"}
+                        | {k for k in SCHEMA if k.startswith("sampling.")})
+
+
+@dataclass
+class Preset:
+    name: str
+    path: Path
+    architectures: tuple[str, ...]
+    phrases: tuple[str, ...]
+    #: checked settings, "section.key" -> value
+    values: dict[str, Any] = field(default_factory=dict)
+    #: ``[hub]``: where the model lives (``tokchat --model NAME`` / ``tokchat pull NAME``)
+    hub_repo: str = ""
+    hub_quantization: str = ""
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[\s\-_.]+", text.lower()) if w]
+
+
+def _has_phrase(names: list[str], phrase: str) -> bool:
+    want = _words(phrase)
+    for name in names:
+        words = _words(name)
+        if any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
+            return True
+    return False
+
+
+def load_preset(path: Path) -> Preset:
+    data = read_toml(path)
+    match = data.pop("match", None)
+    hub = data.pop("hub", {})
+    if not isinstance(hub, dict) or set(hub) - {"repo", "quantization"} or \
+            not all(isinstance(v, str) for v in hub.values()):
+        raise ConfigError(f"{path}: [hub] takes repo = \"ORG/REPO\" and quantization = \"Q4_K_M\" (strings)")
+    if not isinstance(match, dict) or not isinstance(match.get("architectures"), list):
+        raise ConfigError(f"{path}: a preset needs [match] with architectures = [\"...\"]")
+    unknown = set(match) - {"architectures", "names"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown key match.{sorted(unknown)[0]} (known: architectures, names)")
+    for key in ("architectures", "names"):
+        if not all(isinstance(v, str) for v in match.get(key, [])):
+            raise ConfigError(f"{path}: match.{key} must be an array of strings")
+    return Preset(path.stem, path, tuple(match["architectures"]), tuple(match.get("names", [])),
+                  flatten(str(path), data, set(PRESET_KEYS)), hub.get("repo", ""), hub.get("quantization", ""))
+
+
+def load_presets(dirs: list[Path] | None = None) -> list[Preset]:
+    """Presets by name; a later directory replaces an earlier one's file of the same name."""
+    dirs = [BUNDLED_DIR, config_dir() / "models"] if dirs is None else dirs
+    by_name: dict[str, Path] = {}
+    for directory in dirs:
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.toml")):
+                by_name[path.stem] = path
+    return [load_preset(path) for _, path in sorted(by_name.items())]
+
+
+def match_preset(presets: list[Preset], architecture: str, names: list[str]) -> Preset | None:
+    """The best preset for a model: architecture and a name phrase, else architecture alone."""
+    best, best_score = None, 0
+    for preset in presets:
+        if architecture not in preset.architectures:
+            continue
+        if preset.phrases:
+            score = 2 if any(_has_phrase(names, p) for p in preset.phrases) else 0
+        else:
+            score = 1
+        if score > best_score:
+            best, best_score = preset, score
+    return best
+
+
+@dataclass
+class PresetMatch:
+    """What :func:`match_model` found for ``--model``."""
+
+    preset: Preset | None
+    #: the resolved model path (None when it could not be resolved)
+    path: Path | None
+    #: why there is no preset, when there is none
+    note: str | None
+    #: the model's header, read here once and handed on to the tokenizer and the backend
+    #: (a :class:`backends.model_meta.ModelMeta`; None when the model could not be read)
+    meta: Any = field(default=None, repr=False)
+
+
+def match_model(model: str | None) -> PresetMatch:
+    """Resolve ``--model``, read its header once and find its preset."""
+    from app.models.resolution import describe_model, match_names, resolve_model
+    from backends.base import BackendError
+    from backends.model_meta import read_model_meta
+
+    try:
+        path = resolve_model(model)
+    except FileNotFoundError as exc:
+        return PresetMatch(None, None, f"no model preset: {exc}")
+    try:
+        meta = read_model_meta(path)
+        info = describe_model(path, meta=meta)
+    except (BackendError, OSError) as exc:
+        return PresetMatch(None, path, f"no model preset: cannot read {path}: {exc}")
+    preset = match_preset(load_presets(), info.architecture, match_names(info))
+    note = None if preset is not None else f"no model preset matches {info.architecture} {info.name!r}"
+    return PresetMatch(preset, path, note, meta)
+
+
+def find_preset(model: str | None) -> tuple[Preset | None, Path | None, str | None]:
+    """(preset, resolved model path, note) for ``--model``; the note says why there is no preset."""
+    found = match_model(model)
+    return found.preset, found.path, found.note

@@ -1,0 +1,77 @@
+"""The settings one chat runs with, after config files and CLI flags are merged.
+
+:func:`app.settings.config.chat_options` builds this from ``configs/default.toml``, the
+user's ``config.toml`` and the command line (flags win); the TUI and the
+headless mode only ever read a :class:`ChatOptions`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends.base import SamplingParams
+from backends.remote import RemoteSettings
+
+
+@dataclass
+class ChatOptions:
+    """Everything a chat needs to start."""
+
+    #: a .gguf path, an MLX model directory, ``hf:ORG/REPO/FILE.gguf``, or None for the bundled model
+    model: str | None = None
+    #: headless prompt; None opens the TUI
+    prompt: str | None = None
+    system: str = ""
+    #: auto | model | chatml | llama3 | gemma
+    template: str = "auto"
+    template_file: Path | None = None
+    #: auto | cpu | cuda | rocm | vulkan | metal | openvino | mlx
+    backend: str = "auto"
+    device: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: context size in tokens; None: the model's training context capped at 8192
+    ctx: int | None = None
+    #: llama.cpp's generation threads; None: llama.cpp's own default (its physical cores)
+    threads: int | None = None
+    #: speculative decoding in the local engine: auto | off | ngram | draft (backends.speculative)
+    speculative: str = "auto"
+    #: the draft model for ``speculative = "draft"`` (a GGUF sharing the main model's vocabulary)
+    draft_model: Path | None = None
+    #: enable_thinking for templates that support it; None: the template's default
+    think: bool | None = None
+    show_thinking: bool = False
+    stats: bool = False
+    history: bool = True
+    theme: str = "textual-dark"
+    #: more directories ``tokchat models`` lists models from
+    model_dirs: list[Path] = field(default_factory=list)
+    #: TUI action -> Textual key name (send, newline, cancel, new_chat, toggle_sidebar,
+    #: toggle_thinking, regenerate, edit_last, quit); see configs/default.toml [keys]
+    keys: dict[str, str] = field(default_factory=dict)
+    #: name of the model preset applied (configs/models/NAME.toml), if one matched
+    preset: str | None = None
+    #: ``model`` already resolved to a local file or directory by :func:`app.settings.config.chat_options`
+    #: (None when it could not be: then :func:`app.models.resolution.resolve_model` says why)
+    model_path: Path | None = None
+    #: the header of ``model_path``, read once by :func:`app.settings.config.chat_options` (a
+    #: :class:`backends.model_meta.ModelMeta`); the loader takes it and clears it, so it is never stale
+    model_meta: Any = field(default=None, repr=False, compare=False)
+    #: files attached to the headless ``--prompt`` (``--attach``, repeatable)
+    attach: list[Path] = field(default_factory=list)
+    #: size and token budgets for attachments (``[attach]`` in the config; an app.conversation.attachments.AttachLimits)
+    attach_limits: Any = None
+    #: tool calling (see app.settings.tools.ToolSettings): which MCP servers' tools, approval, limits
+    tools: Any = None
+    #: headless: the stored conversation to go on with (``--resume ID``); None: a new one
+    resume: int | None = None
+    #: headless: continue the last reply of ``resume`` instead of sending a prompt (``--continue``)
+    continue_reply: bool = False
+    #: reasoning ids after which tokchat closes the think block itself; None: no limit
+    reasoning_budget: int | None = None
+    #: a paste of at least this many tokens or lines becomes an attachment chip (``[paste]``)
+    paste_chip_tokens: int = 2000
+    paste_chip_lines: int = 40
+    #: generate on this inference server instead of a local engine (``--server``); None: local.
+    #: ``model`` then names only the tokenizer and template (None: what the server serves)
+    server: RemoteSettings | None = None

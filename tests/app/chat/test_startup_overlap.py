@@ -1,0 +1,90 @@
+"""Opening a chat starts the engine first and reads the tokenizer while the engine loads.
+
+The engine is the real ``python -m backends.engine_host`` child loading SmolLM2
+through llama.cpp; what is checked is the order of events, never a duration:
+the engine's process starts while the tokenizer is being read, and an error
+in the tokenizer (or Ctrl-C) leaves no engine behind.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import app.models.header as model_header
+from app.chat.headless import open_chat
+from app.settings.options import ChatOptions
+from backends import SamplingParams
+
+
+def _engine_children() -> list[int]:
+    """The pids of this process's engine-host children."""
+    found = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                if "backends.engine_host" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
+                    found.append(int(pid))
+            except OSError:
+                continue  # ended between the two reads
+    return found
+
+
+def _engine_appears(seconds: float = 30.0) -> list[int]:
+    """The engine children that show up within ``seconds`` (the load starts on its own thread)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = _engine_children()
+        if found:
+            return found
+        time.sleep(0.01)
+    return []
+
+
+def _wait_gone(pids: list[int], seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if Path(f"/proc/{p}").exists()
+                 and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_engine_is_already_starting_when_the_tokenizer_is_read(smollm_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    seen: list[list[int]] = []
+    real = model_header.load_chat_tokenizer
+
+    def spying(path, header):
+        # an engine started only after the tokenizer would never appear while we wait here
+        seen.append(_engine_appears())
+        return real(path, header)
+
+    monkeypatch.setattr(model_header, "load_chat_tokenizer", spying)
+    session, _ = open_chat(ChatOptions(model=str(smollm_path), ctx=512,
+                                       sampling=SamplingParams(temperature=0, max_tokens=4)))
+    try:
+        assert seen and seen[0], "the tokenizer was read before any engine process was started"
+        assert session.backend.pid in seen[0]
+        assert list(session.send("Hi")), "the engine started first must be the one that answers"
+    finally:
+        session.backend.close()
+
+
+def test_a_tokenizer_that_fails_leaves_no_engine_behind(smollm_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    started: list[list[int]] = []
+
+    def failing(path, header):
+        started.append(_engine_appears())
+        raise ValueError("a tokenizer that cannot be read")
+
+    monkeypatch.setattr(model_header, "load_chat_tokenizer", failing)
+    with pytest.raises(ValueError, match="cannot be read"):
+        open_chat(ChatOptions(model=str(smollm_path), ctx=512))
+    assert started and started[0], "no engine was started, so this test proves nothing"
+    assert _wait_gone(started[0]), "the engine of an abandoned chat is still running"

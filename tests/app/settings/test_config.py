@@ -1,0 +1,178 @@
+"""Configuration: default.toml < model preset < config.toml < flags, with clear errors."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import build_parser
+from app.settings.config import (DEFAULTS_PATH, SCHEMA, ConfigError, chat_options, load_settings, read_toml, tomllib,
+                        user_config_path)
+from app.models.presets import BUNDLED_DIR, load_presets, match_preset
+from backends.base import SamplingParams
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path, monkeypatch) -> Path:
+    directory = tmp_path / "config"
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(directory))
+    return directory
+
+
+def write_config(config_dir: Path, text: str) -> Path:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def args(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def test_default_toml_documents_every_setting():
+    data = read_toml(DEFAULTS_PATH)
+    flat = {f"{section}.{key}" for section, body in data.items() for key in body}
+    assert flat == set(SCHEMA)
+    lines = DEFAULTS_PATH.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^\w+ = ", line):
+            assert lines[i - 1].startswith("#"), f"default.toml: {line!r} has no comment above it"
+
+
+def test_builtin_defaults_without_a_preset_match_the_dataclasses():
+    settings = load_settings(use_preset=False)
+    from app.settings.config import options_from_settings
+
+    options = options_from_settings(settings)
+    assert options.sampling == SamplingParams()
+    assert (options.model, options.ctx, options.think, options.history) == (None, None, None, True)
+    assert set(settings.sources.values()) == {"default.toml"}
+
+
+def test_precedence_default_preset_user_flags(config_dir, gemma_path):
+    user = write_config(config_dir, '[sampling]\ntop_k = 50\nseed = 7\n[history]\nenabled = false\n'
+                                    '[keys]\nquit = "ctrl+x"\n')
+    settings = load_settings(args("--model", str(gemma_path), "--top-k", "3", "--no-think"))
+    v, src = settings.values, settings.sources
+    assert settings.preset.name == "gemma3" and settings.model_path == gemma_path
+    assert (v["sampling.top_k"], src["sampling.top_k"]) == (3, "--top-k")               # flag over user
+    assert (v["sampling.seed"], src["sampling.seed"]) == (7, str(user))                 # user over default
+    assert (v["sampling.top_p"], src["sampling.top_p"]) == (0.95, "preset gemma3")      # preset over default
+    assert (v["chat.template"], src["chat.template"]) == ("gemma", "preset gemma3")
+    assert (v["sampling.max_tokens"], src["sampling.max_tokens"]) == (1024, "default.toml")
+    assert (v["chat.thinking"], src["chat.thinking"]) == ("off", "--no-think")
+
+    options = chat_options(args("--model", str(gemma_path), "--top-k", "3", "--temp", "0", "-p", "hi"))
+    assert options.sampling == SamplingParams(temperature=0.0, top_p=0.95, top_k=3, min_p=0.0,
+                                              repeat_penalty=1.0, seed=7, max_tokens=1024)
+    assert (options.prompt, options.template, options.ctx, options.history) == ("hi", "gemma", 8192, False)
+    assert options.keys["quit"] == "ctrl+x" and options.preset == "gemma3"
+
+
+def test_no_history_flag_and_model_from_config(config_dir, qwen_path):
+    write_config(config_dir, f'[model]\ndefault = "{qwen_path}"\n')
+    options = chat_options(args("--no-history"))
+    assert options.model == str(qwen_path) and options.preset == "qwen2.5" and options.history is False
+    assert options.model_path == qwen_path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[sampling]\ntemprature = 0.5\n", "unknown key sampling.temprature (did you mean sampling.temperature?)"),
+    ("[sampling]\ntemperature = \"hot\"\n", "sampling.temperature must be a number, not a string ('hot')"),
+    ("[sampling]\ntop_k = 2.5\n", "sampling.top_k must be an integer, not a float (2.5)"),
+    ("[history]\nenabled = 1\n", "history.enabled must be true or false, not an integer (1)"),
+    ("[model]\ndirs = \"/models\"\n", "model.dirs must be an array of strings, not a string ('/models')"),
+    ("[model]\nbackend = \"gpu\"\n", "model.backend must be one of 'auto', 'cpu', 'cuda'"),
+    ("[sampling]\ntemperature = -1\n", "sampling.temperature must be at least 0, not -1"),
+    ("[sampler]\ntemperature = 1\n", "unknown section [sampler] (did you mean [sampling]?)"),
+    ("temperature = 1\n", "unknown section [temperature]"),
+    ("[chat\n", "invalid TOML"),
+])
+def test_errors_name_the_file_the_key_and_the_expected_type(config_dir, text, message):
+    path = write_config(config_dir, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(use_preset=False)
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_flag_values_are_checked_too():
+    with pytest.raises(ConfigError, match="--temperature: sampling.temperature must be at least 0"):
+        load_settings(args("--temperature", "-0.5"), use_preset=False)
+
+
+def test_presets_match_the_real_models(smollm_path, qwen_path, gemma_path, llamacpp_models_dir):
+    from app.models.presets import find_preset
+
+    assert find_preset(str(smollm_path))[0].name == "smollm2"
+    assert find_preset(str(qwen_path))[0].name == "qwen2.5"
+    assert find_preset(str(gemma_path))[0].name == "gemma3"
+    preset, path, note = find_preset(str(llamacpp_models_dir / "ggml-vocab-llama-bpe.gguf"))
+    assert preset is None and note == "no model preset matches llama 'llama-bpe'"
+    assert find_preset(str(ROOT / "no-such.gguf"))[2].startswith("no model preset: model not found")
+
+
+def test_preset_phrases_match_whole_words():
+    presets = load_presets([BUNDLED_DIR])
+    assert {p.name for p in presets} >= {"smollm2", "qwen2.5", "llama3", "gemma3"}
+    for name in ("Meta-Llama-3.1-8B-Instruct", "Llama 3.2 1B Instruct", "llama3"):
+        assert match_preset(presets, "llama", [name]).name == "llama3"
+    assert match_preset(presets, "llama", ["llama-30b"]) is None
+    assert match_preset(presets, "llama", ["SmolLM2-360M-Instruct"]).name == "smollm2"
+    assert match_preset(presets, "qwen3", ["Qwen3-0.6B"]).values["chat.thinking"] == "on"
+
+
+def test_user_presets_replace_shipped_ones(config_dir, smollm_path):
+    (config_dir / "models").mkdir(parents=True)
+    (config_dir / "models" / "smollm2.toml").write_text(
+        '[match]\narchitectures = ["llama"]\nnames = ["smollm2"]\n[sampling]\ntemperature = 0.9\n')
+    settings = load_settings(args("--model", str(smollm_path)))
+    assert settings.values["sampling.temperature"] == 0.9 and settings.values["chat.thinking"] == "auto"
+
+
+def test_a_preset_may_not_set_everything(config_dir, smollm_path):
+    (config_dir / "models").mkdir(parents=True)
+    bad = config_dir / "models" / "smollm2.toml"
+    bad.write_text('[match]\narchitectures = ["llama"]\n[history]\nenabled = false\n')
+    with pytest.raises(ConfigError, match=f"{re.escape(str(bad))}: unknown section \\[history\\]"):
+        load_settings(args("--model", str(smollm_path)))
+
+
+def _tokchat(*argv: str, config_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TOKCHAT_CONFIG_DIR": str(config_dir)}
+    return subprocess.run([sys.executable, "-m", "app", *argv], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def test_config_commands(config_dir, smollm_path):
+    path = _tokchat("config", "path", config_dir=config_dir)
+    assert path.stdout.strip() == str(config_dir / "config.toml")
+
+    init = _tokchat("config", "init", config_dir=config_dir)
+    assert init.returncode == 0, init.stderr
+    written = tomllib.loads(user_config_path().read_text())
+    assert written == {section: {} for section in read_toml(DEFAULTS_PATH)}  # all commented out
+    again = _tokchat("config", "init", config_dir=config_dir)
+    assert again.returncode == 2 and "exists already" in again.stderr
+
+    user_config_path().write_text('[sampling]\nmax_tokens = 64\n')
+    show = _tokchat("config", "show", "--model", str(smollm_path), "--seed", "3", config_dir=config_dir)
+    assert show.returncode == 0, show.stderr
+    lines = show.stdout.splitlines()
+    assert any(re.fullmatch(rf"max_tokens = 64 +# {re.escape(str(user_config_path()))}", l) for l in lines)
+    assert any(re.fullmatch(r"seed = 3 +# --seed", l) for l in lines)
+    assert any(re.fullmatch(r"temperature = 0.2 +# preset smollm2", l) for l in lines)
+    as_json = json.loads(_tokchat("config", "show", "--json", config_dir=config_dir).stdout)
+    assert as_json["sampling.max_tokens"] == {"value": 64, "source": str(user_config_path())}
+
+    user_config_path().write_text('[ui]\ntheme = 3\n')
+    broken = _tokchat("config", "show", config_dir=config_dir)
+    assert broken.returncode == 2
+    assert broken.stderr == f"tokchat: {user_config_path()}: ui.theme must be a string, not an integer (3)\n"
