@@ -20,7 +20,7 @@ from typing import Any
 
 from app.settings.config import SCHEMA, ConfigError, config_dir, flatten, read_toml
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "configs" / "models"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
 
 #: settings a preset may set
 PRESET_KEYS = frozenset({"chat.template", "chat.thinking", "model.context_size"}

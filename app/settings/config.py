@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
 from backends.base import SamplingParams
 
 CONFIG_NAME = "config.toml"
-DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+DEFAULTS_PATH = Path(__file__).resolve().parents[2] / "configs" / "default.toml"
 
 
 class ConfigError(Exception):
