@@ -8,23 +8,29 @@ module only knows which of them are meant for the user.
 from __future__ import annotations
 
 
+class CLIError(Exception):
+    """An error meant for the user: printed as one line, exit status 2.
+
+    Defined here, at the bottom of ``app``, rather than in :mod:`app.cli`, so
+    this boundary can name it without importing the command line above it.
+    """
+
+
 def user_facing_types() -> tuple[type[BaseException], ...]:
-    """Exception types whose message is written for the user."""
-    from app.models.bundled import BundledModelMissing
+    """Exception types whose message is written for the user.
 
-    types: list[type[BaseException]] = [BundledModelMissing, FileNotFoundError, PermissionError]
-    try:
-        from app.cli import CLIError
-
-        types.append(CLIError)
-    except ImportError:  # pragma: no cover - cli always importable
-        raise
+    The other packages' types are named by module path, not imported at the
+    top, because every room of ``app`` (and the packages below it) sits above
+    this module: an import would tie the bottom of ``app`` to its top.
+    """
+    types: list[type[BaseException]] = [CLIError, FileNotFoundError, PermissionError]
     for module, names in (
         ("tokenizer", ("TokenizerError",)),
         ("templates", ("TemplateError",)),
         ("backends", ("BackendError",)),
         ("app.settings.config", ("ConfigError",)),
         ("app.history.store", ("StoreError",)),
+        ("app.models.bundled", ("BundledModelMissing",)),
     ):
         try:
             mod = __import__(module, fromlist=list(names))

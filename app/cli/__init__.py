@@ -32,10 +32,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class CLIError(Exception):
-    """An error meant for the user: printed as one line, exit status 2."""
-
-
 def _subcommand_module(name: str):
     module_name, _ = SUBCOMMANDS[name]
     return importlib.import_module(f"app.cli.{module_name}")

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import BinaryIO
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

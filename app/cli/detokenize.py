@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
-from app.cli import CLIError
 from app.cli.tokenize import add_model_argument, load_for_cli
+from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,7 @@ def _console():
 
 
 def _ref(value: str):
-    from app.cli import CLIError
+    from app.errors import CLIError
     from app.models.hub_ref import FORMS, RefError, model_ref
 
     try:

@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _cached_path(value: str, cache: Path) -> Path | None:
     """The cached file ``value`` names; a malformed ``hf:`` reference is one line, as ``pull`` says it."""
-    from app.cli import CLIError
+    from app.errors import CLIError
     from app.models.hub_cache import cached_model
     from app.models.hub_ref import RefError, model_ref
 
@@ -36,7 +36,7 @@ def _cached_path(value: str, cache: Path) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli import CLIError
+    from app.errors import CLIError
     from app.models.hub import human_bytes, hub_settings
     from app.models.hub_cache import model_files, remove_model
 

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

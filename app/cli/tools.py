@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import CLIError
+from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
