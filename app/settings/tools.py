@@ -8,12 +8,30 @@ naming the file and the key, like every other setting.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the client (and asyncio with it) is imported only when a server is configured
-    from app.tools.mcp_client import ServerConfig
+from typing import Any
 
 _SERVER_KEYS = {"command": str, "args": list, "env": dict, "cwd": str, "url": str, "headers": dict}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One ``[mcp.servers.NAME]`` table: a command to run (stdio) or a URL (streamable HTTP).
+
+    A setting, so it is defined here and :mod:`app.tools.mcp_client` (which
+    starts the servers) imports it: settings never import the client.
+    """
+
+    name: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def transport(self) -> str:
+        return "http" if self.url else "stdio"
 
 
 @dataclass
@@ -71,8 +89,6 @@ def parse_servers(source: str, table: Any) -> dict[str, ServerConfig]:
 
     if not table:
         return {}
-    from app.tools.mcp_client import ServerConfig
-
     if not isinstance(table, dict) or set(table) - {"servers"}:
         raise ConfigError(f"{source}: [mcp] holds only [mcp.servers.NAME] tables")
     servers = table.get("servers", {})

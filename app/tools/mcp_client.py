@@ -27,30 +27,14 @@ import tempfile
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
+from app.settings.tools import ServerConfig
 from app.tools.schemas import function_tool
 
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """One ``[mcp.servers.NAME]`` table: a command to run (stdio) or a URL (streamable HTTP)."""
-
-    name: str
-    command: str = ""
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    url: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def transport(self) -> str:
-        return "http" if self.url else "stdio"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 import pytest
 from tool_helpers import hub, TEST_SERVER, sdk_server_config, time_server_config  # noqa: F401 (hub: a fixture)
 
-from app.tools.mcp_client import McpHub, ServerConfig
+from app.settings.tools import ServerConfig
+from app.tools.mcp_client import McpHub
 
 
 def test_tools_are_listed_with_their_schemas(hub):

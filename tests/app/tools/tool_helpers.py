@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tools.mcp_client import ServerConfig
+from app.settings.tools import ServerConfig
 
 TEST_SERVER = Path(__file__).resolve().parent / "mcp_test_server.py"
 
