@@ -107,7 +107,8 @@ def read_stdin_prompt(stream: BinaryIO) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli.pull import pull_if_missing
-    from app.settings.config import chat_options, load_settings
+    from app.models.preset_match import chat_options
+    from app.settings.merge import read_settings
 
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         what = "empty" if not args.prompt else "only whitespace"
         raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
     # first use of --model hf:... or a preset name: download with a progress bar before anything loads
-    pull_if_missing(args.model or load_settings(args, use_preset=False).values["model.default"])
+    pull_if_missing(args.model or read_settings(args).values["model.default"])
     headless = args.prompt is not None or args.continue_reply
     # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
     options = chat_options(args, preset=headless)

@@ -33,7 +33,7 @@ def _toml_value(value: object) -> str:
 
 
 def show(args: argparse.Namespace) -> int:
-    from app.settings.config import load_settings
+    from app.models.preset_match import load_settings
 
     settings = load_settings(args)
     v, sources = settings.values, settings.sources

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     report = detect()
     model = args.model
     if model is None:
-        from app.settings.config import chat_options
+        from app.models.preset_match import chat_options
 
         model = chat_options(argparse.Namespace()).model
     caveats = model_caveats(model)

@@ -35,10 +35,10 @@ def _context(n: int | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from app.settings.config import load_settings
+    from app.settings.merge import read_settings
     from app.models.catalog import catalog, human_age
 
-    dirs = [Path(d).expanduser() for d in load_settings(use_preset=False).values["model.dirs"]]
+    dirs = [Path(d).expanduser() for d in read_settings().values["model.dirs"]]
     entries, problems = catalog(dirs + [Path(d) for d in args.dir])
     if args.json:
         for entry in entries:

@@ -22,11 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.settings.config import load_settings
+    from app.settings.merge import read_settings
     from app.tools.mcp_client import McpHub
     from app.settings.tools import tool_settings
 
-    settings = load_settings(args, use_preset=False)
+    settings = read_settings(args)
     tools_settings = tool_settings(settings)
     servers = tools_settings.servers
     if not servers:

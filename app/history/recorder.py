@@ -66,7 +66,7 @@ class HistoryRecorder:
                      template: str = "", **kwargs: Any) -> HistoryRecorder:
         """A recorder for a chat run with :class:`app.settings.options.ChatOptions`.
 
-        ``model_path`` defaults to the path :func:`app.settings.config.chat_options` resolved; model name
+        ``model_path`` defaults to the path :func:`app.models.preset_match.chat_options` resolved; model name
         and template, known only once the model is loaded, can follow through :meth:`start_new`
         before the first :meth:`on_user`.
         """

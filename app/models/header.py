@@ -1,8 +1,8 @@
-"""A chat's model file is read once: the header :func:`app.settings.config.chat_options` parsed is handed on.
+"""A chat's model file is read once: the header :func:`app.models.preset_match.chat_options` parsed is handed on.
 
 Matching a preset needs the model's header; so do the tokenizer (its
 vocabulary and merges live there) and the backend (name, quantization,
-context length).  :func:`app.models.presets.match_model` reads it once and it
+context length).  :func:`app.models.preset_match.match_model` reads it once and it
 travels in ``ChatOptions.model_meta`` until :func:`take_header` hands it to
 the tokenizer here and to the backend through ``LoadOptions.model_meta``.
 Options built without a header (tests, ``/model``) are read here, once.

@@ -39,9 +39,8 @@ from typing import Callable, Iterator
 from urllib.parse import urlparse
 
 from app.models.gguf_choice import NoSuchQuant, RepoGGUF, choose, repo_ggufs
-from app.models.hub_cache import PARTIAL_SUFFIX, cached_model, storage_dir
-from app.models.hub_ref import HubRef, RefError, model_ref
-from app.models.resolution import ModelNotFound, hf_cache_dir, hf_offline
+from app.models.hub_cache import PARTIAL_SUFFIX, cached_model, hf_cache_dir, hf_offline, storage_dir
+from app.models.hub_ref import HubRef, ModelNotFound, RefError, model_ref
 
 #: seconds to wait for the hub to answer a listing or a file's metadata
 METADATA_TIMEOUT_S = 10.0

@@ -21,6 +21,27 @@ from app.models.hub_ref import HubRef
 PARTIAL_SUFFIX = ".incomplete"
 
 
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, from the environment as it is now."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def hf_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (as the environment is now) says the cache must answer alone."""
+    value = os.environ.get("HF_HUB_OFFLINE")
+    if value is not None:
+        return value.strip().lower() in ("1", "on", "yes", "true")
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
 def storage_dir(cache: Path, repo_id: str) -> Path:
     """``<cache>/models--ORG--REPO`` (huggingface_hub's naming)."""
     from huggingface_hub.file_download import repo_folder_name

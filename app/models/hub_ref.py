@@ -21,6 +21,15 @@ HF_PREFIX = "hf:"
 _REPO = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
+class ModelNotFound(FileNotFoundError):
+    """``--model`` names nothing usable; the message says what to pass instead.
+
+    Defined with the references, below both :mod:`app.models.resolution` (a
+    path or name that is not there) and :mod:`app.models.hub` (whose
+    :class:`~app.models.hub.HubError` is one), so neither imports the other for it.
+    """
+
+
 class RefError(ValueError):
     """A reference that cannot name anything on the hub; the message shows the accepted forms."""
 

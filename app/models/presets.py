@@ -10,6 +10,10 @@ Files in ``<config dir>/models/`` replace the shipped ones of the same name.
 Phrases match whole words after lower-casing and treating ``-``, ``_``,
 ``.`` and spaces alike: "llama 3" matches "Meta-Llama-3.1-8B" but not
 "llama-30b".
+
+Only the preset files live here (below :mod:`app.models.hub_ref`, which
+reads their ``[hub]`` tables); matching a model to its preset, which resolves
+and reads the model, is :mod:`app.models.preset_match`.
 """
 from __future__ import annotations
 
@@ -96,43 +100,3 @@ def match_preset(presets: list[Preset], architecture: str, names: list[str]) -> 
         if score > best_score:
             best, best_score = preset, score
     return best
-
-
-@dataclass
-class PresetMatch:
-    """What :func:`match_model` found for ``--model``."""
-
-    preset: Preset | None
-    #: the resolved model path (None when it could not be resolved)
-    path: Path | None
-    #: why there is no preset, when there is none
-    note: str | None
-    #: the model's header, read here once and handed on to the tokenizer and the backend
-    #: (a :class:`backends.model_meta.ModelMeta`; None when the model could not be read)
-    meta: Any = field(default=None, repr=False)
-
-
-def match_model(model: str | None) -> PresetMatch:
-    """Resolve ``--model``, read its header once and find its preset."""
-    from app.models.resolution import describe_model, match_names, resolve_model
-    from backends.base import BackendError
-    from backends.model_meta import read_model_meta
-
-    try:
-        path = resolve_model(model)
-    except FileNotFoundError as exc:
-        return PresetMatch(None, None, f"no model preset: {exc}")
-    try:
-        meta = read_model_meta(path)
-        info = describe_model(path, meta=meta)
-    except (BackendError, OSError) as exc:
-        return PresetMatch(None, path, f"no model preset: cannot read {path}: {exc}")
-    preset = match_preset(load_presets(), info.architecture, match_names(info))
-    note = None if preset is not None else f"no model preset matches {info.architecture} {info.name!r}"
-    return PresetMatch(preset, path, note, meta)
-
-
-def find_preset(model: str | None) -> tuple[Preset | None, Path | None, str | None]:
-    """(preset, resolved model path, note) for ``--model``; the note says why there is no preset."""
-    found = match_model(model)
-    return found.preset, found.path, found.note

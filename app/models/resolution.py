@@ -17,18 +17,16 @@ Not handled: downloading whole MLX repositories from ``hf:`` (point
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.models.bundled import bundled_model_path
+from app.models.hub_cache import hf_cache_dir, model_files
+from app.models.hub_ref import ModelNotFound
 from backends.model_meta import is_mlx_dir
 
 HF_PREFIX = "hf:"
-
-class ModelNotFound(FileNotFoundError):
-    """``--model`` names nothing usable; the message says what to pass instead."""
 
 
 @dataclass
@@ -45,26 +43,6 @@ class ModelInfo:
     context_length: int | None = None
     #: where it was found: "bundled", "hf:ORG/REPO/FILE", "dir", "model"
     source: str = ""
-
-
-def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache, from the environment as it is now."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def hf_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE")
-    if value is not None:
-        return value.strip().lower() in ("1", "on", "yes", "true")
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
 
 
 def parse_hf(value: str) -> tuple[str, str]:
@@ -110,9 +88,7 @@ _LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$")
 
 
 def _size(path: Path) -> int:
-    if path.is_file():
-        from app.models.hub_cache import model_files  # a split counts all its parts
-
+    if path.is_file():  # a split counts all its parts
         return sum(p.stat().st_size for p in model_files(path) if p.exists())
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 

@@ -1,6 +1,6 @@
 """The settings one chat runs with, after config files and CLI flags are merged.
 
-:func:`app.settings.config.chat_options` builds this from ``configs/default.toml``, the
+:func:`app.models.preset_match.chat_options` builds this from ``configs/default.toml``, the
 user's ``config.toml`` and the command line (flags win); the TUI and the
 headless mode only ever read a :class:`ChatOptions`.
 """
@@ -51,10 +51,10 @@ class ChatOptions:
     keys: dict[str, str] = field(default_factory=dict)
     #: name of the model preset applied (configs/models/NAME.toml), if one matched
     preset: str | None = None
-    #: ``model`` already resolved to a local file or directory by :func:`app.settings.config.chat_options`
+    #: ``model`` already resolved to a local file or directory by :func:`app.models.preset_match.chat_options`
     #: (None when it could not be: then :func:`app.models.resolution.resolve_model` says why)
     model_path: Path | None = None
-    #: the header of ``model_path``, read once by :func:`app.settings.config.chat_options` (a
+    #: the header of ``model_path``, read once by :func:`app.models.preset_match.chat_options` (a
     #: :class:`backends.model_meta.ModelMeta`); the loader takes it and clears it, so it is never stale
     model_meta: Any = field(default=None, repr=False, compare=False)
     #: files attached to the headless ``--prompt`` (``--attach``, repeatable)

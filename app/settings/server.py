@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from app.settings.config import SCHEMA, ConfigError, check_value, flatten, read_toml, user_config_path
 from backends.remote import RemoteSettings
 
 API_KEY_ENV = "TOKCHAT_API_KEY"
@@ -29,8 +30,6 @@ PRESET_KEYS = ("url", "kind", "api_key", "trust_vocab", "connect_timeout", "firs
 
 def split_server_presets(table: dict, source: str) -> tuple[dict, dict[str, dict[str, Any]]]:
     """``table`` without its ``[servers.*]`` tables, and those presets checked."""
-    from app.settings.config import SCHEMA, ConfigError, check_value
-
     rest = {k: v for k, v in table.items() if k != "servers"}
     raw = table.get("servers", {})
     if not isinstance(raw, dict):
@@ -62,8 +61,6 @@ def server_values(values: dict[str, Any], sources: dict[str, str],
     name = merged.get("url", "")
     preset = presets.get(name) if name and not name.startswith(("http://", "https://")) else None
     if name and preset is None and not name.startswith(("http://", "https://")):
-        from app.settings.config import ConfigError
-
         known = ", ".join(sorted(presets)) or "none defined"
         raise ConfigError(f"--server {name}: not an http(s):// URL and not a [servers.NAME] preset "
                           f"(presets: {known})")
@@ -94,6 +91,20 @@ def remote_settings(server: dict[str, Any], api_key_from_flag: bool) -> RemoteSe
     )
 
 
+def user_server_presets() -> dict[str, dict[str, Any]]:
+    """The ``[servers.NAME]`` presets of the user's ``config.toml`` as it is now.
+
+    The rest of the file is checked too, as :func:`app.settings.merge.read_settings`
+    checks it, so a file broken since the chat started is the same ConfigError here.
+    """
+    path = user_config_path()
+    if not path.exists():  # a directory or unreadable file of that name is an error (read_toml)
+        return {}
+    table, presets = split_server_presets(read_toml(path), str(path))
+    flatten(str(path), table)
+    return presets
+
+
 def server_for_command(arg: str, current: RemoteSettings | None) -> tuple[RemoteSettings | None, str | None]:
     """What ``/server ARG`` switches to: (settings or None for local, a preset's model or None).
 
@@ -109,9 +120,7 @@ def server_for_command(arg: str, current: RemoteSettings | None) -> tuple[Remote
     if arg.startswith(("http://", "https://")):
         key = current.api_key if current is not None else os.environ.get(API_KEY_ENV)
         return RemoteSettings(url=arg, api_key=key or None), None
-    from app.settings.config import load_settings
-
-    presets = load_settings(None, use_preset=False).server_presets
+    presets = user_server_presets()
     if arg not in presets:
         raise ValueError(f"/server {arg}: not an http(s):// URL and not a [servers.NAME] preset "
                          f"(presets: {', '.join(sorted(presets)) or 'none defined'})")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.settings.config import ConfigError
+
 _SERVER_KEYS = {"command": str, "args": list, "env": dict, "cwd": str, "url": str, "headers": dict}
 
 
@@ -73,7 +75,7 @@ class ToolSettings:
 
 
 def tool_settings(settings: Any, approve_all: bool = False) -> ToolSettings:
-    """ToolSettings from merged :class:`app.settings.config.Settings`."""
+    """ToolSettings from merged :class:`app.settings.merge.Settings`."""
     v = settings.values
     source, table = settings.own_tables.get("mcp", ("", {}))
     return ToolSettings(
@@ -85,8 +87,6 @@ def tool_settings(settings: Any, approve_all: bool = False) -> ToolSettings:
 
 def parse_servers(source: str, table: Any) -> dict[str, ServerConfig]:
     """The ``[mcp]`` table's servers, checked; one ConfigError line per problem."""
-    from app.settings.config import ConfigError
-
     if not table:
         return {}
     if not isinstance(table, dict) or set(table) - {"servers"}:

@@ -14,7 +14,8 @@ import time
 import pytest
 from remote_servers import LlamaServer, free_port
 
-from app.settings.config import load_settings, options_from_settings
+from app.models.preset_match import load_settings
+from app.settings.merge import options_from_settings
 from backends.base import BackendError, SamplingParams
 from backends.remote import RemoteBackend, RemoteSettings
 from backends.remote_connect import connect, open_client

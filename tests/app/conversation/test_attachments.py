@@ -152,7 +152,7 @@ def test_headless_attach(smollm_path, tmp_path):
 
 def test_attach_flag_reaches_the_options(smollm_path, tmp_path, capsys):
     from app.cli import build_parser
-    from app.settings.config import chat_options
+    from app.models.preset_match import chat_options
 
     args = build_parser().parse_args(["--model", str(smollm_path), "--prompt", "x", "--attach", "a.txt",
                                       "--attach", "b.txt", "--no-history"])

@@ -13,7 +13,7 @@ import pytest
 
 import tokenizer.gguf
 from app.cli import build_parser
-from app.settings.config import chat_options
+from app.models.preset_match import chat_options
 from app.chat.headless import run_headless
 from app.models.header import take_header
 from app.settings.options import ChatOptions

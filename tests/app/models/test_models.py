@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.models.resolution import (ModelNotFound, describe_model, list_models, parse_hf, resolve_model)
+from app.models.hub_ref import ModelNotFound
+from app.models.resolution import describe_model, list_models, parse_hf, resolve_model
 
 ROOT = Path(__file__).resolve().parents[3]
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"

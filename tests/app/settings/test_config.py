@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import build_parser
-from app.settings.config import (DEFAULTS_PATH, SCHEMA, ConfigError, chat_options, load_settings, read_toml, tomllib,
-                        user_config_path)
+from app.models.preset_match import chat_options, load_settings
 from app.models.presets import BUNDLED_DIR, load_presets, match_preset
+from app.settings.config import DEFAULTS_PATH, SCHEMA, ConfigError, read_toml, tomllib, user_config_path
 from backends.base import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,7 +49,7 @@ def test_default_toml_documents_every_setting():
 
 def test_builtin_defaults_without_a_preset_match_the_dataclasses():
     settings = load_settings(use_preset=False)
-    from app.settings.config import options_from_settings
+    from app.settings.merge import options_from_settings
 
     options = options_from_settings(settings)
     assert options.sampling == SamplingParams()
@@ -110,7 +110,7 @@ def test_flag_values_are_checked_too():
 
 
 def test_presets_match_the_real_models(smollm_path, qwen_path, gemma_path, llamacpp_models_dir):
-    from app.models.presets import find_preset
+    from app.models.preset_match import find_preset
 
     assert find_preset(str(smollm_path))[0].name == "smollm2"
     assert find_preset(str(qwen_path))[0].name == "qwen2.5"

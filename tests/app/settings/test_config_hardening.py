@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.settings.config import ConfigError, check_value, load_settings
+from app.models.preset_match import load_settings
+from app.settings.config import ConfigError, check_value
 from app.history.export import conversation_from_json, to_json
 from app.history.store import ChatStore
 

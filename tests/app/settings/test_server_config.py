@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from app.cli import build_parser
-from app.settings.config import ConfigError, chat_options
+from app.models.preset_match import chat_options
+from app.settings.config import ConfigError
 
 
 @pytest.fixture
