@@ -38,73 +38,16 @@ EXIT_BROKEN_PIPE = 141
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
-def open_chat(options: ChatOptions, backend: Any = None) -> tuple[ChatSession, list[str]]:
-    """Load tokenizer, template and backend for ``options``; returns the session and its notices."""
-    from app.models.header import load_chat_tokenizer, take_header
-    from app.models.resolution import resolve_model
-    from templates import resolve_template
-
-    if options.server is not None and backend is None:
-        from app.chat.remote import open_remote
-
-        tokenizer, template, notice, backend, _ = open_remote(options)
-        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
-                              sampling=options.sampling, context_size=backend.info.context_size,
-                              enable_thinking=options.think)
-        return session, ([notice] if notice else []) + backend.info.notes
-    path = resolve_model(options.model)
-    header = take_header(path, options)
-    opened = backend is None
-    pending = None
-    if backend is None:
-        from backends import LoadOptions, start_backend
-
-        # the engine loads in its own process while this one reads the tokenizer and the template
-        pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
-                                                  speculative=options.speculative, draft_model=options.draft_model))
-    try:
-        tokenizer = load_chat_tokenizer(path, header)
-        template, notice = resolve_template(options.template, tokenizer, options.template_file)
-    except BaseException:
-        if pending is not None:
-            pending.discard()
-        raise
-    notices = [notice] if notice else []
-    if pending is not None:
-        from backends import BackendError
-
-        try:
-            backend = pending.result()
-        except BackendError as exc:
-            from backends.model_meta import explain_load_failure
-
-            better = explain_load_failure(header, path, options.ctx)
-            if better is None:
-                raise
-            raise BackendError(f"{better} (the engine said: {exc})") from exc
-        except BaseException:  # Ctrl-C while the engine loads: the engine goes with it
-            pending.discard()
-            raise
-        notices.extend(backend.info.notes)
-    try:
-        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
-                              sampling=options.sampling, context_size=options.ctx or backend.info.context_size,
-                              enable_thinking=options.think)
-    except BaseException:
-        if opened:
-            backend.close()  # its engine thread must not outlive this error
-        raise
-    return session, notices
-
-
 def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = None,
                  out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted."""
     out = out or sys.stdout
     err = err or sys.stderr
-    session, notices = open_chat(options, backend)
-    for notice in notices:
+    from app.chat.open import open_chat
+
+    chat = open_chat(options, backend=backend)
+    session = chat.session
+    for notice in chat.notices:
         print(f"tokchat: {notice}", file=err)
     prompt = options.prompt or ""
     if options.attach:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import app.models.header as model_header
-from app.chat.headless import open_chat
+from app.chat.open import open_chat
 from app.settings.options import ChatOptions
 from backends import SamplingParams
 
@@ -65,8 +65,8 @@ def test_the_engine_is_already_starting_when_the_tokenizer_is_read(smollm_path, 
         return real(path, header)
 
     monkeypatch.setattr(model_header, "load_chat_tokenizer", spying)
-    session, _ = open_chat(ChatOptions(model=str(smollm_path), ctx=512,
-                                       sampling=SamplingParams(temperature=0, max_tokens=4)))
+    session = open_chat(ChatOptions(model=str(smollm_path), ctx=512,
+                                    sampling=SamplingParams(temperature=0, max_tokens=4))).session
     try:
         assert seen and seen[0], "the tokenizer was read before any engine process was started"
         assert session.backend.pid in seen[0]

@@ -1,0 +1,194 @@
+"""The one way to open a chat: :class:`app.settings.options.ChatOptions` in, a ready chat out.
+
+The TUI (:mod:`app.tui.loader`), the headless mode (:mod:`app.chat.headless`), the
+benches and the tests all open a chat through :func:`open_chat`, so a fix to how a
+chat starts (the header read once, the start-up overlap, a better load error, the
+engine not left behind on failure) reaches every one of them.
+
+A local chat: ``--model`` (or the bundled model) is resolved to a file, its header is
+read once (:func:`app.models.header.take_header`: handed on from the preset match
+when the settings already read it), the engine starts loading in its own process
+(:func:`backends.start_backend`) and, while it loads, this process reads our
+tokenizer from the same header and picks the chat template; start-up then costs the
+longer of the two, not their sum.  Any failure or Ctrl-C before the engine is handed
+over discards it (:meth:`backends.registry.PendingBackend.discard`), so an abandoned
+load leaves no engine process behind.
+
+A remote chat (``--server``): the parts are the local chat's (our tokenizer, our
+template, :class:`app.conversation.session.ChatSession`); only the backend differs.
+The tokenizer comes from ``--model`` (a GGUF, even a vocab-only one, a
+``tokenizer.json`` directory or ``hf:``), else from what the server says it serves
+(:func:`backends.remote_connect.server_tokenizer_source`), and the server must agree
+with it id for id (:func:`backends.remote_connect.check_vocabulary`).
+
+A backend handed in (tests, benches: a scripted one, or one loaded with settings of
+their own) is used as it is: nothing is started, and it is not closed on failure
+since the caller owns it.
+
+Tools are not opened here: the headless mode opens them after its attachments with
+terminal approval and the history as listener, the TUI starts the servers once per
+window in a worker and keeps them across ``/model``; both go through
+:func:`app.tools.setup.open_tools` / :class:`app.tools.loop.ToolLoop` on the session
+this returns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from app.settings.options import ChatOptions
+
+#: a step of the opening, in words, for a screen that shows what is happening while the weights load
+Progress = Callable[[str], None]
+
+
+@dataclass
+class OpenedChat:
+    """A ready chat: the session and the parts the TUI's header, its commands and the benches need."""
+
+    session: Any  # app.conversation.session.ChatSession
+    tokenizer: Any
+    template: Any
+    backend: Any
+    #: the model file (local), or where the tokenizer came from (remote)
+    model_path: Path
+    #: what the session keeps the conversation within: --ctx, never more than the engine or server holds
+    context_size: int
+    #: why the template is not the one asked for (one line), or None
+    template_notice: str | None = None
+    #: one line each for the user: the template's notice, then the notes of the backend opened here
+    #: (a backend handed in is the caller's: its notes are the caller's to show)
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def info(self) -> Any:
+        return self.backend.info
+
+
+def open_chat(options: ChatOptions, *, backend: Any = None, progress: Progress | None = None) -> OpenedChat:
+    """Open the chat ``options`` describe (see the module docstring).
+
+    Raises what the parts raise (``ModelNotFound``, ``BackendError``, a template's
+    error...): the caller says it in its own way.  ``options.model_meta`` is taken
+    (set to None): a header is used for one load only.
+    """
+    opened = backend is None
+    if options.server is not None and backend is None:
+        tokenizer, template, notice, backend, path = _connect(options, progress or _silent)
+    else:
+        tokenizer, template, notice, backend, path = _load(options, backend, progress)
+    context_size = _context_size(options, backend)
+    try:
+        from app.conversation.session import ChatSession
+
+        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
+                              sampling=replace(options.sampling), context_size=context_size,
+                              enable_thinking=options.think)
+    except BaseException:
+        if opened:
+            backend.close()  # its engine (or connection) must not outlive this error
+        raise
+    notices = ([notice] if notice else []) + (list(backend.info.notes) if opened else [])
+    return OpenedChat(session, tokenizer, template, backend, path, context_size, notice, notices)
+
+
+def _silent(_text: str) -> None:
+    """No progress to show (headless, benches, tests)."""
+
+
+def _size(path: Path) -> str:
+    from app.tui.format import human_size  # only when progress is shown, which only the TUI does
+
+    return human_size(path.stat().st_size)
+
+
+def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tuple[Any, Any, str | None, Any, Path]:
+    """(tokenizer, template, notice, backend, path) of a local chat; starts the engine unless one is handed in.
+
+    The progress lines are built only when someone shows them (they stat the file)."""
+    import app.models.header as model_header
+    from app.models.resolution import resolve_model
+    from templates import resolve_template
+
+    if progress:
+        progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
+    path = Path(resolve_model(options.model))
+    header = model_header.take_header(path, options)
+    pending = None
+    if backend is None:
+        from backends import LoadOptions, start_backend
+
+        # the engine loads in its own process while this one reads the tokenizer and the template
+        pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
+                                                  speculative=options.speculative, draft_model=options.draft_model))
+    try:
+        if progress:
+            progress(f"reading the tokenizer from {path.name} ({_size(path)})")
+        tokenizer = model_header.load_chat_tokenizer(path, header)
+        template, notice = resolve_template(options.template, tokenizer, options.template_file)
+        if pending is not None:
+            if progress:
+                progress(f"loading {path.name} ({_size(path)}) with backend "
+                    f"{options.backend}{' ' + options.device if options.device else ''}")
+            backend = _engine(pending, header, path, options.ctx)
+    except BaseException:  # a tokenizer that fails, Ctrl-C while the engine loads: the engine goes too
+        if pending is not None:
+            pending.discard()
+        raise
+    return tokenizer, template, notice, backend, path
+
+
+def _engine(pending: Any, header: Any, path: Path, n_ctx: int | None) -> Any:
+    """The started engine, or its load error with what the header says went wrong when it can tell."""
+    from backends import BackendError
+
+    try:
+        return pending.result()
+    except BackendError as exc:
+        from backends.model_meta import explain_load_failure
+
+        better = explain_load_failure(header, path, n_ctx)
+        if better is None:
+            raise
+        raise BackendError(f"{better} (the engine said: {exc})") from exc
+
+
+def _connect(options: ChatOptions, say: Progress) -> tuple[Any, Any, str | None, Any, Path]:
+    """(tokenizer, template, notice, backend, tokenizer path) of a chat on ``options.server``."""
+    from backends.remote_connect import finish_connect, open_client, server_tokenizer_source
+    from templates import resolve_template
+    from tokenizer import load_tokenizer
+
+    settings = options.server
+    assert settings is not None
+    say(f"connecting to {settings.url}")
+    backend = open_client(settings)
+    try:
+        if options.model:
+            from app.models.resolution import resolve_model
+
+            path = Path(resolve_model(options.model))
+        else:
+            assert backend.server is not None
+            path = server_tokenizer_source(backend.server)
+        say(f"reading the tokenizer from {path.name}")
+        tokenizer = load_tokenizer(path)
+        template, notice = resolve_template(options.template, tokenizer, options.template_file)
+    except BaseException:
+        backend.close()
+        raise
+    say(f"checking that {settings.url} uses the same token ids")
+    finish_connect(backend, tokenizer, str(path), options.ctx)  # closes the client when it fails
+    return tokenizer, template, notice, backend, path
+
+
+def _context_size(options: ChatOptions, backend: Any) -> int:
+    """``--ctx`` when given, never more than the backend holds (llama.cpp rounds its context up to
+    a multiple of 256; a server may hold less, which :func:`backends.remote_connect.finish_connect`
+    already noted); else what the backend holds."""
+    held = backend.info.context_size
+    if options.ctx and held:
+        return min(options.ctx, held)
+    return options.ctx or held
