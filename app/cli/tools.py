@@ -23,8 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.settings.merge import read_settings
-    from app.tools.mcp_client import McpHub
     from app.settings.tools import tool_settings
+    from app.tools.display import tools_table
+    from app.tools.mcp_client import McpHub
 
     settings = read_settings(args)
     tools_settings = tool_settings(settings)
@@ -42,30 +43,6 @@ def run(args: argparse.Namespace) -> int:
         failures = hub.start(names)
         print(tools_table(hub, names, failures, counter))
     return 0
-
-
-def tools_table(hub, names, failures, counter) -> str:
-    """Servers, their tools and schema sizes, as plain lines (also what /tools shows)."""
-    from app.tools.display import printable
-
-    lines = []
-    total = 0
-    for name in names:
-        if name in failures:
-            lines.append(f"{name}: not available: {printable(failures[name])}")
-            continue
-        tools = hub.tools([name])
-        config = hub.configs[name]
-        where = config.url or " ".join([config.command, *config.args])
-        lines.append(f"{name} ({config.transport}: {printable(where)}): {len(tools)} tools")
-        for tool in tools:
-            cost = counter(tool.schema()) if counter else None
-            total += cost or 0
-            description = printable(" ".join(tool.description.split()))[:70]
-            lines.append(f"  {tool.name:<24} {str(cost) + ' tokens' if cost is not None else '':>11}  {description}")
-    if counter:
-        lines.append(f"schemas: {total} tokens in all (as JSON; the template adds its own instructions)")
-    return "\n".join(lines)
 
 
 def _counter(model: str | None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, Callable
 
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
@@ -31,3 +32,28 @@ def preview(text: str, limit: int = 300) -> str:
     """The start of a result for a one-line summary, safe to print."""
     flat = " ".join(text.split())
     return printable(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+def tools_table(hub: Any, names: list[str], failures: dict[str, str],
+                counter: Callable[[dict], int] | None) -> str:
+    """Servers, their tools and schema sizes, as plain lines: what ``tokchat tools`` prints and
+    ``/tools`` shows (``hub``: a started :class:`app.tools.mcp_client.McpHub`; ``counter``: a
+    schema's tokens, None to leave the counts out)."""
+    lines = []
+    total = 0
+    for name in names:
+        if name in failures:
+            lines.append(f"{name}: not available: {printable(failures[name])}")
+            continue
+        tools = hub.tools([name])
+        config = hub.configs[name]
+        where = config.url or " ".join([config.command, *config.args])
+        lines.append(f"{name} ({config.transport}: {printable(where)}): {len(tools)} tools")
+        for tool in tools:
+            cost = counter(tool.schema()) if counter else None
+            total += cost or 0
+            description = printable(" ".join(tool.description.split()))[:70]
+            lines.append(f"  {tool.name:<24} {str(cost) + ' tokens' if cost is not None else '':>11}  {description}")
+    if counter:
+        lines.append(f"schemas: {total} tokens in all (as JSON; the template adds its own instructions)")
+    return "\n".join(lines)
