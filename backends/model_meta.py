@@ -136,7 +136,7 @@ def explain_load_failure(meta: ModelMeta | None, path: Path, n_ctx: int | None) 
     """
     if meta is None or meta.format != "gguf" or meta.gguf is None:
         return None
-    from app.models.gguf_extents import truncation
+    from tokenizer.gguf_extents import truncation
 
     cut = truncation(path, meta.gguf)
     if cut:

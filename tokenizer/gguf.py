@@ -21,7 +21,8 @@ naming the byte offset and what was wrong.  Memory use is therefore bounded
 by the file size and a malformed file can neither hang the reader nor raise
 anything but ``GGUFError``.
 
-Not handled (on purpose): tensor infos and tensor data, big-endian files
+Not handled (on purpose): tensor infos (:mod:`tokenizer.gguf_extents` reads them on from
+``GGUFFile.kv_end`` when a file's extent is checked) and tensor data, big-endian files
 (rejected with a clear message) and GGUF v1 (llama.cpp dropped it too).
 """
 from __future__ import annotations

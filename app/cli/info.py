@@ -57,7 +57,7 @@ def weights(source: str) -> dict | None:
     """For a GGUF: how many tensors, and whether any lies past the end of the file (None otherwise)."""
     from pathlib import Path
 
-    from app.models.gguf_extents import tensor_extents, truncation
+    from tokenizer.gguf_extents import tensor_extents, truncation
     from tokenizer.gguf import read_gguf
 
     path = Path(source)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.models.gguf_extents import tensor_extents, truncation
+from tokenizer.gguf_extents import tensor_extents, truncation
 from backends.model_meta import kv_cache_bytes, read_model_meta
 from tokenizer.gguf import read_gguf
 

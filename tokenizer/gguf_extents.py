@@ -9,6 +9,9 @@ each tensor's end with the file's size: llama.cpp refuses such a file with only
 Sizes come from ggml's block layout (:data:`GGML_BLOCKS`); a type not in the table is
 checked by its start only.  Not handled: the other parts of a split GGUF (each part
 is checked when it is the file given), tensor data itself.
+
+It sits beside :mod:`tokenizer.gguf`, which owns the GGUF layout, below the backends
+(:func:`backends.model_meta.explain_load_failure`) and ``tokchat info`` that use it.
 """
 from __future__ import annotations
 
