@@ -30,10 +30,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from assets import asset_path  # noqa: E402
 
-from app.conversation.session import ChatSession  # noqa: E402
-from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
-from templates import resolve_template  # noqa: E402
-from tokenizer import load_tokenizer  # noqa: E402
+from app.chat.open import open_chat  # noqa: E402
+from app.settings.options import ChatOptions  # noqa: E402
+from backends import SamplingParams  # noqa: E402
 
 SYSTEM = " ".join(["You are a careful storyteller who writes long, vivid stories."] * 40)
 QUESTION = "Write a long story about a dragon who learns to bake bread."
@@ -45,12 +44,10 @@ def main() -> None:
     parser.add_argument("--more", type=int, default=32)
     args = parser.parse_args()
     path = asset_path("smollm2.gguf")
-    tok = load_tokenizer(path)
-    template, _ = resolve_template("auto", tok)
-    backend = open_backend(path, LoadOptions(backend="cpu", n_ctx=4096))
+    chat = open_chat(ChatOptions(model=str(path), backend="cpu", ctx=4096, system=SYSTEM,
+                                 sampling=SamplingParams(temperature=0.0, max_tokens=args.cut)))
+    session, tok, backend = chat.session, chat.tokenizer, chat.backend
     try:
-        session = ChatSession(tok, template, backend=backend, system_prompt=SYSTEM, context_size=4096,
-                              sampling=SamplingParams(temperature=0.0, max_tokens=args.cut))
         list(session.send(QUESTION))
         reply = session.messages[-1]
         head = list(session.last_record.prompt.ids)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from assets import asset_path  # noqa: E402
 
-from app.chat.headless import open_chat  # noqa: E402
+from app.chat.open import open_chat  # noqa: E402
 from app.settings.options import ChatOptions  # noqa: E402
 from backends.base import SamplingParams  # noqa: E402
 from backends.llama_cpp import default_threads  # noqa: E402
@@ -71,7 +71,7 @@ def main() -> int:
 
     path = asset_path("smollm2.gguf")
     sampling = SamplingParams(temperature=0, max_tokens=args.tokens, repeat_penalty=1.0)
-    session, _ = open_chat(ChatOptions(model=str(path), sampling=sampling, history=False))
+    session = open_chat(ChatOptions(model=str(path), sampling=sampling, history=False)).session
     threads = default_threads()
     llm = llama_cpp.Llama(str(path), n_ctx=session.backend.info.context_size, n_threads=threads,
                           n_threads_batch=threads, verbose=False)

@@ -31,7 +31,7 @@ from assets import asset_path  # noqa: E402
 from remote_servers import LlamaServer  # noqa: E402
 
 from app.settings.options import ChatOptions  # noqa: E402
-from app.chat.remote import open_remote  # noqa: E402
+from app.chat.open import open_chat  # noqa: E402
 from app.conversation.session import ChatSession  # noqa: E402
 from backends.base import LoadOptions, SamplingParams  # noqa: E402
 from backends.remote import RemoteSettings  # noqa: E402
@@ -47,20 +47,15 @@ MODELS = {"smollm": "smollm2.gguf", "qwen": "qwen2.5-coder-0.5b.gguf"}
 
 def local_session(model: Path, sampling: SamplingParams, ctx: int, log: Path) -> ChatSession:
     from backends.llama_cpp import LlamaCppBackend
-    from templates import resolve_template
-    from tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(model)
-    template, _ = resolve_template("auto", tokenizer)
+    # llama.cpp in this process, one thread: the same engine the server runs, without the hop
     backend = LlamaCppBackend()
     backend.load(model, LoadOptions(n_ctx=ctx, n_threads=1, log_path=log))
-    return ChatSession(tokenizer, template, backend=backend, sampling=sampling, context_size=ctx)
+    return open_chat(ChatOptions(model=str(model), sampling=sampling, ctx=ctx), backend=backend).session
 
 
 def remote_session(url: str, model: Path, sampling: SamplingParams) -> ChatSession:
-    tokenizer, template, _, backend, _ = open_remote(ChatOptions(model=str(model), server=RemoteSettings(url=url)))
-    return ChatSession(tokenizer, template, backend=backend, sampling=sampling,
-                       context_size=backend.info.context_size)
+    return open_chat(ChatOptions(model=str(model), server=RemoteSettings(url=url), sampling=sampling)).session
 
 
 def turn(session: ChatSession, question: str):

@@ -16,13 +16,12 @@ import pytest
 from remote_servers import LlamaServer, RpcWorker
 
 from app.settings.options import ChatOptions
-from app.chat.remote import open_remote
+from app.chat.open import open_chat
 from app.conversation.session import ChatSession
 from backends.base import BackendError, LoadOptions, SamplingParams
 from backends.remote import RemoteSettings
 from backends.remote_connect import VocabularyMismatch, connect
 from backends.remote_llamacpp import LlamaCppAdapter
-from templates import resolve_template
 from tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -54,19 +53,17 @@ class Recording:
 def remote_session(url: str, model: Path | None, sampling=GREEDY, **settings) -> ChatSession:
     options = ChatOptions(model=str(model) if model else None, server=RemoteSettings(url=url, **settings),
                           sampling=sampling)
-    tokenizer, template, _, backend, _ = open_remote(options)
-    return ChatSession(tokenizer, template, backend=Recording(backend), sampling=sampling,
-                       context_size=backend.info.context_size)
+    session = open_chat(options).session
+    session.backend = Recording(session.backend)
+    return session
 
 
 def local_session(model: Path, tmp_path: Path, sampling=GREEDY, ctx: int = 512) -> ChatSession:
     from backends.llama_cpp import LlamaCppBackend
 
-    tokenizer = load_tokenizer(model)
-    template, _ = resolve_template("auto", tokenizer)
     backend = LlamaCppBackend()
     backend.load(model, LoadOptions(n_ctx=ctx, n_threads=1, log_path=tmp_path / "local.log"))
-    return ChatSession(tokenizer, template, backend=Recording(backend), sampling=sampling, context_size=ctx)
+    return open_chat(ChatOptions(model=str(model), sampling=sampling, ctx=ctx), backend=Recording(backend)).session
 
 
 def chat(session: ChatSession, text: str):

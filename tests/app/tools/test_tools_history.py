@@ -6,7 +6,8 @@ import io
 from tool_helpers import Script, call_text, sdk_server_config
 
 from app.history.export import conversation_from_json, to_json, to_markdown
-from app.chat.headless import open_chat, run_headless
+from app.chat.headless import run_headless
+from app.chat.open import open_chat
 from app.settings.options import ChatOptions
 from app.history.recorder import HistoryRecorder
 from app.history.store import ChatStore
@@ -38,7 +39,7 @@ def test_a_tool_turn_is_stored_exported_and_resumed_exactly(qwen_path, tmp_path)
     assert stored[-1].stats["tool_result_tokens"] == len(tok.encode("3")) + len(tok.encode("x <b>"))
 
     # resumed: the conversation re-renders to exactly the text the last step was sent
-    session, _ = open_chat(ChatOptions(model=str(qwen_path)), ScriptedBackend([1]))
+    session = open_chat(ChatOptions(model=str(qwen_path)), backend=ScriptedBackend([1])).session
     session.load_messages(conversation.chat_messages()[:-1])
     session.tools = [{"type": "function", "function": f} for f in _schemas(tok, script)]
     resumed = session.template.render([{"role": m.role, "content": m.content, **_tool_keys(m)}
