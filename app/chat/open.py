@@ -98,9 +98,14 @@ def _silent(_text: str) -> None:
 
 
 def _size(path: Path) -> str:
-    from app.tui.format import human_size  # only when progress is shown, which only the TUI does
-
-    return human_size(path.stat().st_size)
+    """``path``'s size for the progress line, as :func:`app.tui.format.human_size` writes it
+    (``98.4 MiB``); written here because a chat opens below the TUI and imports nothing of it."""
+    size = float(path.stat().st_size)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tuple[Any, Any, str | None, Any, Path]:
