@@ -67,7 +67,7 @@ async def one_run(model: Path, store: ChatStore, turns: int) -> dict[str, float]
             await pilot.press("enter")
             await pilot.pause()
             await _wait(pilot, lambda: not app.generating)
-        out["prompt_ids"] = len(app.conversation.session.last_record.ids)
+        out["prompt_ids"] = len(app.session.last_record.ids)
         start = time.perf_counter()
         await pilot.press("f2")
         await _wait(pilot, lambda: isinstance(app.screen, TokenInspector) and app.screen.query(TokenView)

@@ -97,7 +97,7 @@ async def through_ui(model: Path, reply: str, *, naive: bool = False, delay_s: f
             await asyncio.sleep(0.01)
         await pilot.pause()
         elapsed = time.perf_counter() - start
-        message = app.conversation.session.messages[-1]
+        message = app.session.messages[-1]
         shown = app.query(AssistantMessage).last().content
         return message.stats.completion_tokens, elapsed, shown == message.content
 
@@ -139,12 +139,12 @@ async def open_conversation(model: Path, store: ChatStore, conv_id: int) -> dict
         t0 = time.perf_counter()
         conversation = store.load(conv_id)
         t1 = time.perf_counter()
-        app.conversation.session.load_messages(conversation.chat_messages())
+        app.session.load_messages(conversation.chat_messages())
         t2 = time.perf_counter()
         await app.resume_conversation(conv_id)
         await pilot.pause()
         t3 = time.perf_counter()
-        assert len(app.conversation.session.messages) == len(conversation.messages)
+        assert len(app.session.messages) == len(conversation.messages)
         assert app.query(AssistantMessage).last().content == conversation.messages[-1].content
         return {"store read": t1 - t0, "session.load_messages": t2 - t1,
                 "resume (read + load + mount + refresh)": t3 - t2}

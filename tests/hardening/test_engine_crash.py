@@ -85,16 +85,16 @@ async def test_sigsegv_of_the_engine_mid_reply_in_the_tui(smollm_path, tmp_path)
         app = ChatApp(options, store=store)
         async with app.run_test(size=SIZE) as pilot:
             await wait_loaded(pilot)
-            backend = app.conversation.session.backend
+            backend = app.session.backend
             first_pid = backend.pid
             await send(pilot, STORY)
-            await wait_for(pilot, lambda: len(app.conversation.session.messages) >= 1 and app.generating
+            await wait_for(pilot, lambda: len(app.session.messages) >= 1 and app.generating
                            and len(app.query(AssistantMessage)) == 1
                            and len(app.query(AssistantMessage).last().content.split()) >= 5,
                            timeout_s=180, what="the reply to stream")
             os.kill(first_pid, signal.SIGSEGV)
             await wait_reply(pilot)
-            partial = app.conversation.session.messages[-1]
+            partial = app.session.messages[-1]
             assert partial.role == "assistant" and partial.finish_reason == "error" and partial.content.strip()
             assert app.query(AssistantMessage).last().content == partial.content
             shown = [str(n.message) for n in app._notifications]
@@ -102,7 +102,7 @@ async def test_sigsegv_of_the_engine_mid_reply_in_the_tui(smollm_path, tmp_path)
 
             await send(pilot, "What is the capital of France?")
             await wait_reply(pilot)
-            answer = app.conversation.session.messages[-1]
+            answer = app.session.messages[-1]
             assert answer.finish_reason in ("stop", "length") and "Paris" in answer.content
             assert backend.pid != first_pid
         conversation = store.load(store.last_conversation_id()).messages
