@@ -141,7 +141,7 @@ async def open_conversation(model: Path, store: ChatStore, conv_id: int) -> dict
         t1 = time.perf_counter()
         app.session.load_messages(conversation.chat_messages())
         t2 = time.perf_counter()
-        await app.resume_conversation(conv_id)
+        await app.history.resume_conversation(conv_id)
         await pilot.pause()
         t3 = time.perf_counter()
         assert len(app.session.messages) == len(conversation.messages)

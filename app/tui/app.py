@@ -4,8 +4,19 @@ The window opens at once; the model loads in a thread worker while the
 header shows what is loading.  Each reply runs in its own thread worker
 (:meth:`ChatApp._generate`), which moves the session's ReplyEvents into an
 :class:`~app.tui.generation.EventBuffer`; the event loop drains it and
-appends to the reply's Markdown stream.  Slash commands, the palette and the
-history sidebar live in :mod:`app.tui.commands` and :mod:`app.tui.history`.
+appends to the reply's Markdown stream.
+
+The window keeps what belongs to the whole chat: the loaded model and its
+session, the chat view, the prompt box and meter, the turn being streamed, and
+the key bindings.  Each feature is an object it holds and that owns its own
+state, typed against :class:`app.tui.host.ChatHost` (never this class):
+``attachments`` (:mod:`app.tui.attach`), ``paste_chips``
+(:mod:`app.tui.paste_chips`), ``branches`` (:mod:`app.tui.branches`),
+``inspector`` (:mod:`app.tui.inspect`), ``pull`` (:mod:`app.tui.pull`),
+``tools`` (:mod:`app.tui.tools`), ``history`` (:mod:`app.tui.history`),
+``steer`` (:mod:`app.tui.steer`) and ``commands`` (:mod:`app.tui.commands`, the
+slash-command table).  Widgets and features tell the window things with Textual
+messages; its ``on_...`` handlers route each to the feature that owns it.
 """
 from __future__ import annotations
 
@@ -13,7 +24,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -25,28 +36,35 @@ from textual.timer import Timer
 from textual.widgets import Footer, TextArea
 from textual.worker import get_current_worker
 
+from textual import events
+from textual.app import SystemCommand
+from textual.screen import Screen
+
 from app.settings.options import ChatOptions
-from app.tui.commands import CommandsMixin
-from app.tui.format import model_bar_text
+from app.tui.attach import Attachments
+from app.tui.branches import Branches
+from app.tui.commands import SlashCommands, copy_last_reply
+from app.tui.format import error_text, model_bar_text
 from app.tui.generation import EventBuffer, pump
-from app.tui.history import HistoryMixin
-from app.tui.attach import AttachMixin
-from app.tui.branches import BranchesMixin
-from app.tui.inspect import InspectorMixin
+from app.tui.history import ChatHistory
+from app.tui.inspect import TokenInspectorOpener
 from app.tui.loader import LoadedChat, Loader, load_chat
+from app.tui.paste_chips import PasteChips
 from app.tui.prompt_progress import PromptProgressWatch
-from app.tui.pull import PullMixin
-from app.tui.steer import SteerMixin
-from app.tui.paste_chips import PasteChipsMixin
-from app.tui.tools import ToolsMixin
+from app.tui.pull import ModelPull
+from app.tui.slash import SlashCommand, SlashError
+from app.tui.steer import Steering
+from app.tui.tools import ChatTools
 from app.tui.widgets.attachment_chips import AttachmentChips
 from app.tui.widgets.chat_view import ChatView
 from app.tui.widgets.context_meter import ContextMeter
+from app.tui.widgets.history_sidebar import HistorySidebar
 from app.tui.widgets.model_bar import ModelBar
 from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.user_message import UserMessage
 
 if TYPE_CHECKING:  # imported where a reply is shown: Markdown is not needed for the first frame
+    from app.tui.screens.token_inspector import TokenInspector
     from app.tui.widgets.assistant_message import AssistantMessage
 
 #: how long typing must pause before the draft is re-tokenized for the meter
@@ -55,15 +73,10 @@ DRAFT_DEBOUNCE_S = 0.15
 FRAME_S = 1 / 30
 
 
-def error_text(exc: BaseException) -> str:
-    """One line for the screen: the user-facing message, or the type and message of a bug."""
-    from app.errors import user_message
-
-    return user_message(exc) or f"{type(exc).__name__}: {exc}"
+__all__ = ["ChatApp", "error_text"]
 
 
-class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, InspectorMixin, AttachMixin, BranchesMixin,
-              PullMixin, ToolsMixin, App):
+class ChatApp(App):
     """``tokchat``'s TUI.  ``loader`` and ``stats_filter`` are for tests and benchmarks."""
 
     # layout only (colours come from the theme); inline so that no data file has to be packaged
@@ -137,14 +150,29 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         #: printed after a crash (app.tui.exit_status) so that what was typed is never lost
         self._draft_text = ""
         self._sending: str | None = None
-        self.init_history(store)
-        self.init_tools()
+        # the features, each owning its state (see the module's docstring)
+        self.attachments = Attachments(self, changed=lambda held: self.paste_chips.show(held))
+        self.paste_chips = PasteChips(self, self.attachments)
+        self.branches = Branches(self)
+        self.inspector = TokenInspectorOpener(self, draft_tokens=self.attachments.show_cost)
+        self.pull = ModelPull(self)
+        self.tools = ChatTools(self)
+        self.history = ChatHistory(self, store, self.branches)
+        self.steer = Steering(self, self.history)
+        self.commands = SlashCommands(self, self.history, reload=self.reload, features={
+            "attach": self.attachments.command, "branch": self.branches.command,
+            "tokens": self.inspector.command, "model": self.pull.command, "tools": self.tools.command,
+            "continue": self.steer.cmd_continue, "reply": self.steer.cmd_reply, "fork": self.steer.cmd_fork,
+            "think": self.steer.cmd_think, "regen": self._slash_action(self.action_regenerate),
+            "edit": self._slash_action(self.action_edit_last),
+            "history": self._slash_action(self.action_toggle_history),
+        })
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
         yield ModelBar()
         with Horizontal(id="main"):
-            yield from self.compose_history()
+            yield HistorySidebar()
             with Vertical(id="chat-column"):
                 yield ChatView()
                 yield AttachmentChips()
@@ -177,7 +205,7 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
                 self.notify(f"unknown theme {self.options.theme!r}; choose one with Ctrl+P > Change theme",
                             severity="warning")
         await self.chat_view.show_welcome()
-        self.prompt_input.chip_rule = self.paste_is_chip  # app.tui.paste_chips
+        self.prompt_input.chip_rule = self.paste_chips.paste_is_chip
         self.prompt_input.focus()
         # after the first frame: the load thread would otherwise compete with it for the GIL
         self.call_after_refresh(self.start_load)
@@ -186,6 +214,11 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
     def start_load(self) -> None:
         self.query_one(ModelBar).state = "loading"
         self._load()
+
+    def reload(self, options: ChatOptions) -> None:
+        """``/server``: load again with ``options``."""
+        self.options = options
+        self.start_load()
 
     def load_model(self, model: str) -> None:
         """``/model``: load ``model`` with its own preset (sampling, template, context)."""
@@ -233,10 +266,10 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
             await self.chat_view.add_notice(chat.template_notice, "warning")
         for note in getattr(chat.info, "notes", []):
             await self.chat_view.add_notice(note)
-        self.apply_remembered()  # app.tui.steer: thinking and budget remembered for this model
+        self.steer.apply_remembered()  # thinking and budget remembered for this model
         self.update_meter()
-        self.on_model_ready()
-        self.start_tools()
+        self.history.model_ready()
+        self.tools.start()
         self.query_one(ModelBar).state = "ready"  # last: tests wait for this
 
     def show_model(self) -> None:
@@ -293,20 +326,19 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
             self._sending = text
             self.prompt_input.remember(text)
             self.prompt_input.load_text("")
-            await self.run_slash(command)
+            await self.commands.run(command)
             self._sending = None
             return
         if not self.ready_to_generate():
             return
         typed = unescape_prompt(text)
-        held = list(self.pending_attachments)
-        text = self.message_with_attachments(typed)  # held files and @file words, in blocks
+        held = list(self.attachments.pending)
+        text = self.attachments.message_with_attachments(typed)  # held files and @file words, in blocks
         if text is None:
             return  # a file was refused (said in one line); the draft stays for another try
         why = self.session.refusal(text)
         if why is not None:  # refused before the box is cleared: the draft and the files stay
-            self.pending_attachments[:] = held
-            self.show_attachment_cost(self.prompt_input.text)
+            self.attachments.restore(held, self.prompt_input.text)
             self.notify(why, title="Not sent", severity="error", timeout=10)
             return
         self._sending = typed
@@ -315,12 +347,12 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         editing = editing and self.prompt_input.editing
         self.prompt_input.editing = False
         if editing and any(m.role == "user" for m in self.session.messages):
-            self.record_user(text, replacing="prompt")
+            self.history.record_user(text, replacing="prompt")
             await self.chat_view.remove_from_last(UserMessage)
             await self.chat_view.add_user(text)
             await self.start_reply(lambda: self.session.edit_last_user(text), text)
         else:
-            self.record_user(text)
+            self.history.record_user(text)
             await self.chat_view.add_user(text)
             await self.start_reply(lambda: self.session.send(text), text)
         self._sending = None
@@ -334,6 +366,14 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
             self.notify("A reply is still streaming: wait, or press Esc to stop it", severity="warning")
             return False
         return True
+
+    def need_session(self, name: str) -> Any:
+        """The session, for a command that needs a loaded model and no reply streaming."""
+        if self.session is None:
+            raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
+        if self.generating:
+            raise SlashError(f"/{name} has to wait until the reply finishes (Esc stops it)")
+        return self.session
 
     def unsent_text(self) -> str:
         """The message being sent when the app stopped, else the text in the prompt box."""
@@ -357,10 +397,10 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
             self.meter.used = self._kept_tokens(box.editing)
         if self.session is None or text.lstrip().startswith("/") or self.generating:
             self.meter.draft = 0
-            self.show_attachment_cost()
+            self.attachments.show_cost()
             return
         # the message as it will be sent: held and @file attachments in blocks, then the text
-        self.meter.draft = self.show_attachment_cost(text)
+        self.meter.draft = self.attachments.show_cost(text)
 
     def _kept_tokens(self, editing: bool) -> int:
         """What the next prompt keeps of the conversation: all of it, or, while the last prompt is
@@ -410,7 +450,7 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         PromptProgressWatch(self, session.backend, reply,
                             lambda: self.reply is reply and not reply.content and not reply.reasoning)
         self._generation_done = threading.Event()
-        self._generate(lambda: self.with_tools(make_events()), buffer, self._generation_done)
+        self._generate(lambda: self.tools.with_tools(make_events(), buffer), buffer, self._generation_done)
 
     @work(thread=True, group="generate")
     def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer,
@@ -420,7 +460,7 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         worker = get_current_worker()
         session = self.session
         try:
-            pump(make_events(), buffer, lambda: worker.is_cancelled, self.cancel_turn,
+            pump(make_events(), buffer, lambda: worker.is_cancelled, self.tools.cancel_turn,
                  lambda exc: ReplyEvent("error", text=error_text(exc)))
         finally:
             done.set()
@@ -451,12 +491,14 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         for kind, text in drained.chunks:
             if kind == "content":
                 await reply.add_content(text)
-                self.record_chunk(kind, text)
+                self.history.record_chunk(kind, text)
             elif kind == "reasoning":
                 await reply.add_reasoning(text)
-                self.record_chunk(kind, text)
+                self.history.record_chunk(kind, text)
+            elif kind == "tool_message":  # a message the tool loop added: stored in order
+                self.history.record_message(text.data)
             elif kind.startswith("tool_"):
-                await self.show_tool_event(reply, kind, text)
+                await self.tools.show_event(reply, kind, text)
             else:
                 await self.chat_view.add_notice(text, "warning")
                 self.chat_view.move_child(self.chat_view.children[-1], before=reply)
@@ -476,21 +518,12 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         self.reply = None
         stats = drained.done.stats if drained.done is not None else None
         stats = self.stats_filter(stats) if stats is not None else None
-        self.tool_turn_finished()
+        self.tools.turn_finished()
         await reply.finish(stats, error="; ".join(self._errors) or None)
         self.reply_finished(reply)
         self.generating = False
         self.update_meter()
         self.update_draft()
-
-    def record_stopped_reply(self) -> None:
-        """Quit mid-reply: the session has committed the stopped reply (text, counts, "cancelled")
-        but the UI never drained it; store it as Esc would have, not as an unmarked interruption."""
-        if self._buffer is None or self.recorder is None or self.session is None:
-            return  # no reply was streaming
-        messages = self.session.messages
-        if messages and messages[-1].role == "assistant" and messages[-1].store_id is None:
-            self.recorder.on_reply(messages[-1])
 
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it; a turn the session refused changed nothing."""
@@ -498,15 +531,15 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         if (messages[-1] if messages else None) is self._turn_base:
             self.call_later(self.turn_refused)
             return
-        self.record_reply()
-        self.call_later(self.show_branch_labels)  # "2/3" above a regenerated reply
+        self.history.record_reply()
+        self.call_later(self.branches.show_labels)  # "2/3" above a regenerated reply
 
     async def turn_refused(self) -> None:
         """The session refused the turn (said in the error): the conversation is as it was, so the
         history goes back to its last message and the screen shows the conversation again."""
-        self.record_refusal()
+        self.history.record_refusal()
         await self.chat_view.show_messages(self.session.messages)
-        await self.show_branch_labels()
+        await self.branches.show_labels()
         if self._turn_typed and not self.prompt_input.text:
             self.prompt_input.load_text(self._turn_typed)  # what was typed, back in the box
 
@@ -517,20 +550,22 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
         """
         done = self._generation_done
         if not done.is_set():
-            self.cancel_turn()
+            self.tools.cancel_turn()
             deadline = time.monotonic() + 30
             while not done.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-        self.record_stopped_reply()
-        self.close_history()
-        self.close_tools()
+        if self._buffer is not None:  # quit mid-reply: the stopped reply is stored as Esc would have
+            self.history.record_stopped_reply()
+        self.history.close()
+        self.tools.close()
         if self.chat is not None:
             self.chat.backend.close()
+        self.pull.close()  # a download stops at its next chunk, so the process can exit
 
     # -------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
-            return self.generating or self.pulling  # Esc in an edit is the prompt box's own binding
+            return self.generating or self.pull.pulling  # Esc in an edit is the prompt box's own binding
         return True
 
     def watch_generating(self) -> None:
@@ -539,7 +574,7 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
     def action_help_quit(self) -> None:
         """Ctrl+C (when the prompt box has no selection to copy): stop the reply, as in llama-cli
         and ``ollama run``; otherwise cancel a download; on an idle chat, say how to quit."""
-        if self.generating or self.pulling:
+        if self.generating or self.pull.pulling:
             self.action_stop()
             return
         super().action_help_quit()
@@ -547,8 +582,112 @@ class ChatApp(CommandsMixin, SteerMixin, PasteChipsMixin, HistoryMixin, Inspecto
     def action_stop(self) -> None:
         """Esc: stop the reply now; the session keeps the partial text (marked stopped).
         With no reply streaming, Esc cancels a model download (:mod:`app.tui.pull`)."""
-        if not self.generating and self.cancel_pull():
+        if not self.generating and self.pull.cancel():
             return
         if self.session is not None and self.generating:
-            self.cancel_turn()
+            self.tools.cancel_turn()
             self.workers.cancel_group(self, "generate")
+
+    # the key actions that belong to the whole chat (the features' keys call their objects)
+    async def action_regenerate(self) -> None:
+        if not self.ready_to_generate():
+            return
+        if not any(m.role == "assistant" for m in self.session.messages):
+            self.notify("Nothing to regenerate yet", severity="warning")
+            return
+        from app.tui.widgets.assistant_message import AssistantMessage
+
+        self.history.record_user(None, replacing="reply")
+        await self.chat_view.remove_from_last(AssistantMessage)
+        await self.start_reply(self.session.regenerate, None)
+
+    def action_edit_last(self) -> None:
+        if not self.ready_to_generate():
+            return
+        users = [m for m in self.session.messages if m.role == "user"]
+        if not users:
+            self.notify("No prompt to edit yet", severity="warning")
+            return
+        self.prompt_input.begin_edit(users[-1].content)
+        self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
+
+    def action_toggle_thinking(self) -> None:
+        from app.tui.widgets.assistant_message import AssistantMessage
+
+        for reply in reversed(list(self.chat_view.query(AssistantMessage))):
+            if reply.reasoning:
+                reply.thinking.collapsed = not reply.thinking.collapsed
+                return
+        self.notify("No thinking to show in this conversation")
+
+    def action_copy_reply(self) -> None:
+        copy_last_reply(self)
+
+    async def action_new_chat(self) -> None:
+        await self.commands.run_named("new")
+
+    async def action_continue_reply(self) -> None:
+        """Ctrl+L: continue the last reply (cut by max_tokens or stopped)."""
+        if not self.ready_to_generate():
+            return
+        await self.commands.run_named("continue")
+
+    def action_toggle_history(self) -> None:
+        self.history.toggle_sidebar()
+
+    async def action_branch(self, step: int) -> None:
+        await self.branches.move(step=step)
+
+    def action_show_tokens(self) -> None:
+        self.inspector.show()
+
+    @staticmethod
+    def _slash_action(action: Callable[[], Any]) -> Callable[[str], Any]:
+        """A key action as a slash command's handler (the argument is not used)."""
+        async def run(arg: str) -> None:
+            result = action()
+            if asyncio.iscoroutine(result):
+                await result
+
+        return run
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield from self.commands.palette()
+
+    # ------------------------------------------------- routing: messages to the feature that owns them
+    def on_click(self, event: events.Click) -> None:
+        self.inspector.clicked(event)  # a double click on a message opens its tokens
+
+    def on_token_inspector_turn_requested(self, message: TokenInspector.TurnRequested) -> None:
+        self.inspector.inspect_turn(message.turn)
+
+    def on_model_pull_open(self, message: ModelPull.Open) -> None:
+        self.load_model(message.model)
+
+    def on_branches_switched(self, message: Branches.Switched) -> None:
+        self.history.show_branch(message.tip_id)
+
+    def on_prompt_input_chip_pasted(self, message: PromptInput.ChipPasted) -> None:
+        self.paste_chips.pasted(message.text)
+
+    def on_attachment_chips_chip_action(self, message: AttachmentChips.ChipAction) -> None:
+        self.paste_chips.chip_action(message.action, message.index)
+
+    def on_history_sidebar_search_changed(self, message: HistorySidebar.SearchChanged) -> None:
+        self.history.refresh(message.text)
+
+    async def on_history_sidebar_new_requested(self) -> None:
+        await self.action_new_chat()
+
+    def on_history_sidebar_rename_requested(self, message: HistorySidebar.RenameRequested) -> None:
+        self.history.rename(message.conv_id, message.title)
+
+    def on_history_sidebar_delete_requested(self, message: HistorySidebar.DeleteRequested) -> None:
+        self.history.delete(message.conv_id, message.title)
+
+    async def on_history_sidebar_conversation_selected(self, message: HistorySidebar.ConversationSelected) -> None:
+        await self.history.resume_conversation(message.conv_id)
+
+    async def on_history_sidebar_fork_requested(self, message: HistorySidebar.ForkRequested) -> None:
+        await self.steer.fork_stored(message.conv_id, message.title)

@@ -1,135 +1,154 @@
-"""What the slash commands, the key actions and the palette do, as a mixin of :class:`ChatApp`.
+"""Slash commands and the palette: a table from ``/name`` to what runs it.
 
-Parsing lives in :mod:`app.tui.slash`; here each ``/name`` maps to a
-``cmd_name`` method.  Commands that take an argument appear in the palette
+:class:`SlashCommands` is held by the chat window (``app.commands``).  Parsing
+lives in :mod:`app.tui.slash`; here each ``/name`` maps to a handler: the
+commands about the chat as a whole are methods of this class, the others are
+the features' own (``/attach`` is :meth:`app.tui.attach.Attachments.command`,
+``/fork`` is :meth:`app.tui.steer.Steering.cmd_fork` ...), handed in by the
+window that holds them.  Commands that take an argument appear in the palette
 too: choosing one puts ``/name `` in the prompt box to finish typing.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
-from textual.screen import Screen
 from textual.app import SystemCommand
 
+from app.tui.history import ChatHistory
+from app.tui.host import ChatHost
 from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text
 
+#: what runs a command: called with the text after ``/name``; a SlashError is said in one line
+Handler = Callable[[str], Awaitable[None]]
 
-class CommandsMixin:
-    """Slash commands and palette entries; mixed into ChatApp (``self`` is the app)."""
+#: the keys ``/help`` lists
+HELP_KEYS = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
+             ("Esc / Ctrl+C", "stop the reply"), ("Esc (editing)", "cancel the edit"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
+             ("Ctrl+L", "continue the last reply"), ("f (history list)", "fork a conversation"),
+             ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
+             ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
+             ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
+             ("Ctrl+Q", "quit")]
 
-    async def run_slash(self, command: SlashCommand) -> None:
-        handler = getattr(self, f"cmd_{command.name}")
+
+class SlashCommands:
+    """The dispatch table, and the commands about the whole chat.
+
+    ``features``: the handlers of the features' commands, by name (``{"attach": ...}``);
+    ``history``: stores what ``/new``, ``/system`` and ``/export`` change or read.
+    """
+
+    def __init__(self, host: ChatHost, history: ChatHistory, features: dict[str, Handler],
+                 reload: Callable[[Any], None]) -> None:
+        self.host = host
+        self.history = history
+        #: ``/server``: load again with these options (loading is the window's)
+        self.reload = reload
+        self.table: dict[str, Handler] = {
+            "new": self.cmd_new, "clear": self.cmd_clear, "system": self.cmd_system,
+            "template": self.cmd_template, "copy": self.cmd_copy, "export": self.cmd_export,
+            "stats": self.cmd_stats, "server": self.cmd_server, "help": self.cmd_help,
+            **{name: self._sampling_handler(name) for name in SAMPLING if name in COMMANDS},
+            **features,
+        }
+        missing = sorted(set(COMMANDS) - set(self.table))
+        if missing:  # a command the help lists but nothing runs: a bug, found when the window opens
+            raise ValueError(f"no handler for /{', /'.join(missing)}")
+
+    async def run(self, command: SlashCommand) -> None:
+        handler = self.table[command.name]
         try:
             await handler(command.arg)
         except SlashError as exc:
-            self.notify(str(exc), severity="error")
+            self.host.notify(str(exc), severity="error")
 
-    def _need_session(self, name: str):
-        if self.session is None:
-            raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
-        if self.generating:
-            raise SlashError(f"/{name} has to wait until the reply finishes (Esc stops it)")
-        return self.session
+    async def run_named(self, name: str, arg: str = "") -> None:
+        await self.run(SlashCommand(name, arg))
 
     # ------------------------------------------------------------- commands
     async def cmd_new(self, arg: str) -> None:
-        session = self._need_session("new")
-        self.end_edit("new chat")
+        host = self.host
+        session = host.need_session("new")
+        host.end_edit("new chat")
         session.reset()
-        session.set_system(self.options.system)
-        await self.chat_view.clear()
-        await self.chat_view.show_welcome()
-        self.new_conversation()
-        self.update_meter()
+        session.set_system(host.options.system)
+        await host.chat_view.clear()
+        await host.chat_view.show_welcome()
+        self.history.new_conversation()
+        host.update_meter()
 
     async def cmd_clear(self, arg: str) -> None:
-        session = self._need_session("clear")
-        self.end_edit("chat cleared")
+        host = self.host
+        session = host.need_session("clear")
+        host.end_edit("chat cleared")
         session.reset()
-        await self.chat_view.clear()
-        self.new_conversation()
-        self.update_meter()
+        await host.chat_view.clear()
+        self.history.new_conversation()
+        host.update_meter()
 
     async def cmd_system(self, arg: str) -> None:
-        session = self._need_session("system")
+        host = self.host
+        session = host.need_session("system")
         session.set_system(arg)
-        if self.recorder is not None:  # stored with the conversation, so a resume sends the same
-            self.recorder.set_system(arg)
-        self.update_meter()
-        self.notify(f"System prompt set ({session.draft_tokens(arg) if arg else 0} tokens as a turn)"
+        self.history.set_system(arg)  # stored with the conversation, so a resume sends the same
+        host.update_meter()
+        host.notify(f"System prompt set ({session.draft_tokens(arg) if arg else 0} tokens as a turn)"
                     if arg else "System prompt cleared")
 
     async def cmd_template(self, arg: str) -> None:
         from templates import TemplateError, resolve_template
 
-        session = self._need_session("template")
+        host = self.host
+        session = host.need_session("template")
         if not arg:
             raise SlashError("/template needs a name: auto | model | chatml | llama3 | gemma")
+        chat = host.chat
         try:
-            template, notice = resolve_template(arg, self.chat.tokenizer)
+            template, notice = resolve_template(arg, chat.tokenizer)
         except TemplateError as exc:
             raise SlashError(str(exc)) from None
-        self.chat.session = self.rebuild_session(session, template)
-        self.chat.template = template
-        self.show_model()
-        self.update_meter()
-        self.notify(notice or f"Template: {template.name}")
+        chat.session = self.rebuild_session(session, template)
+        chat.template = template
+        host.show_model()
+        host.update_meter()
+        host.notify(notice or f"Template: {template.name}")
 
-    def rebuild_session(self, session, template):
+    def rebuild_session(self, session: Any, template: Any) -> Any:
         """A new ChatSession with another template and the same turns and settings."""
         from app.conversation.session import ChatSession
 
-        new = ChatSession(self.chat.tokenizer, template, backend=self.chat.backend,
+        chat = self.host.chat
+        new = ChatSession(chat.tokenizer, template, backend=chat.backend,
                           system_prompt=session.system_prompt, sampling=session.sampling,
-                          context_size=self.chat.context_size, enable_thinking=session.enable_thinking)
+                          context_size=chat.context_size, enable_thinking=session.enable_thinking)
         new.load_messages([m for m in session.messages if m.role != "system"], session.branches)
         return new
 
+    def _sampling_handler(self, name: str) -> Handler:
+        async def run(arg: str) -> None:
+            await self._sampling(name, arg)
+
+        return run
+
     async def _sampling(self, name: str, arg: str) -> None:
         # allowed while a reply streams: a turn copies the sampling settings when it starts
-        session = self.session
+        session = self.host.session
         if session is None:
             raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
         session.sampling = apply_sampling(session.sampling, name, arg)
-        self.notify(f"{SAMPLING[name]} = {getattr(session.sampling, SAMPLING[name])}")
-
-    async def cmd_temp(self, arg: str) -> None:
-        await self._sampling("temp", arg)
-
-    async def cmd_top_p(self, arg: str) -> None:
-        await self._sampling("top_p", arg)
-
-    async def cmd_top_k(self, arg: str) -> None:
-        await self._sampling("top_k", arg)
-
-    async def cmd_min_p(self, arg: str) -> None:
-        await self._sampling("min_p", arg)
-
-    async def cmd_repeat_penalty(self, arg: str) -> None:
-        await self._sampling("repeat_penalty", arg)
-
-    async def cmd_max_tokens(self, arg: str) -> None:
-        await self._sampling("max_tokens", arg)
-
-    async def cmd_seed(self, arg: str) -> None:
-        await self._sampling("seed", arg)
-
-    async def cmd_regen(self, arg: str) -> None:
-        await self.action_regenerate()
-
-    async def cmd_edit(self, arg: str) -> None:
-        self.action_edit_last()
+        self.host.notify(f"{SAMPLING[name]} = {getattr(session.sampling, SAMPLING[name])}")
 
     async def cmd_copy(self, arg: str) -> None:
+        host = self.host
         words = arg.split()
         if not words:
-            self.action_copy_reply()
+            copy_last_reply(host)
             return
         if words[0] != "code" or len(words) > 2:
             raise SlashError("/copy takes nothing, `code` or `code N`")
-        reply = self.chat_view.last_assistant()
+        reply = host.chat_view.last_assistant()
         blocks = reply.code_blocks() if reply else []
         if not blocks:
             raise SlashError("the last reply has no code block")
@@ -139,8 +158,8 @@ class CommandsMixin:
             raise SlashError(f"/copy code needs a block number, not {words[1]!r}") from None
         if not 0 <= index < len(blocks):
             raise SlashError(f"the last reply has {len(blocks)} code block(s)")
-        self.copy_to_clipboard(blocks[index])
-        self.notify(f"Copied code block {index + 1} of {len(blocks)}")
+        host.copy_to_clipboard(blocks[index])
+        host.notify(f"Copied code block {index + 1} of {len(blocks)}")
 
     async def cmd_export(self, arg: str) -> None:
         """The stored conversation through :mod:`app.history.export` (``.json`` keeps everything);
@@ -149,14 +168,14 @@ class CommandsMixin:
         from app.history.store import StoreError
         from app.tui.transcript import transcript_markdown
 
-        session = self._need_session("export")
+        session = self.host.need_session("export")
         if not session.messages:
             raise SlashError("nothing to export yet")
         path = Path(arg).expanduser() if arg else Path.cwd() / time.strftime("tokchat-%Y%m%d-%H%M%S.md")
-        conv_id = self.recorder.conversation_id if self.recorder else None
+        conv_id = self.history.conversation_id
         try:
-            if conv_id is not None and self.store is not None:
-                conversation = self.store.load(conv_id)
+            if conv_id is not None and self.history.store is not None:
+                conversation = self.history.store.load(conv_id)
                 text = to_json(conversation) if path.suffix == ".json" else to_markdown(conversation)
             else:
                 text = transcript_markdown(session.messages)
@@ -165,106 +184,56 @@ class CommandsMixin:
             raise SlashError(str(exc)) from None
         except OSError as exc:
             raise SlashError(f"could not write {path}: {exc.strerror or exc}") from None
-        self.notify(f"Exported {len(session.messages)} messages to {path}")
+        self.host.notify(f"Exported {len(session.messages)} messages to {path}")
 
     async def cmd_stats(self, arg: str) -> None:
         from app.tui.transcript import totals_text
 
-        session = self._need_session("stats")
-        await self.chat_view.add_notice(totals_text(session.messages, session.context_used,
-                                                    self.chat.context_size))
-
-    async def cmd_model(self, arg: str) -> None:
-        if self.generating:
-            raise SlashError("/model has to wait until the reply finishes (Esc stops it)")
-        if not arg:
-            self.open_model_picker()  # app.tui.pull
-            return
-        self.switch_model(arg)  # downloads first when arg names the hub and is not cached
+        session = self.host.need_session("stats")
+        await self.host.chat_view.add_notice(totals_text(session.messages, session.context_used,
+                                                         self.host.chat.context_size))
 
     async def cmd_server(self, arg: str) -> None:
         from dataclasses import replace
 
         from app.settings.server import server_for_command
 
-        if self.generating:
+        host = self.host
+        if host.generating:
             raise SlashError("/server has to wait until the reply finishes (Esc stops it)")
         try:
-            server, model = server_for_command(arg, self.options.server)
+            server, model = server_for_command(arg, host.options.server)
         except ValueError as exc:
             raise SlashError(str(exc)) from None
-        self.options = replace(self.options, server=server, model=model or self.options.model)
-        self.start_load()
-
-    async def cmd_history(self, arg: str) -> None:
-        self.action_toggle_history()
+        self.reload(replace(host.options, server=server, model=model or host.options.model))
 
     async def cmd_help(self, arg: str) -> None:
-        keys = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
-                ("Esc / Ctrl+C", "stop the reply"), ("Esc (editing)", "cancel the edit"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
-                ("Ctrl+L", "continue the last reply"), ("f (history list)", "fork a conversation"),
-                ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
-                ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
-                ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
-                ("Ctrl+Q", "quit")]
-        await self.chat_view.add_notice(help_text(keys))
-
-    async def action_new_chat(self) -> None:
-        await self.run_slash(SlashCommand("new", ""))
-
-    # -------------------------------------------------------------- key actions
-    async def action_regenerate(self) -> None:
-        if not self.ready_to_generate():
-            return
-        if not any(m.role == "assistant" for m in self.session.messages):
-            self.notify("Nothing to regenerate yet", severity="warning")
-            return
-        from app.tui.widgets.assistant_message import AssistantMessage
-
-        self.record_user(None, replacing="reply")
-        await self.chat_view.remove_from_last(AssistantMessage)
-        await self.start_reply(self.session.regenerate, None)
-
-    def action_edit_last(self) -> None:
-        if not self.ready_to_generate():
-            return
-        users = [m for m in self.session.messages if m.role == "user"]
-        if not users:
-            self.notify("No prompt to edit yet", severity="warning")
-            return
-        self.prompt_input.begin_edit(users[-1].content)
-        self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
-
-    def action_toggle_thinking(self) -> None:
-        from app.tui.widgets.assistant_message import AssistantMessage
-
-        for reply in reversed(list(self.chat_view.query(AssistantMessage))):
-            if reply.reasoning:
-                reply.thinking.collapsed = not reply.thinking.collapsed
-                return
-        self.notify("No thinking to show in this conversation")
-
-    def action_copy_reply(self) -> None:
-        reply = self.chat_view.last_assistant()
-        if reply is None or not reply.content:
-            self.notify("No reply to copy yet", severity="warning")
-            return
-        self.copy_to_clipboard(reply.content)
-        self.notify(f"Copied the last reply ({len(reply.content)} characters)")
+        await self.host.chat_view.add_notice(help_text(HELP_KEYS))
 
     # -------------------------------------------------------------- palette
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+    def palette(self) -> Iterable[SystemCommand]:
+        """One palette entry per command."""
         for name, (hint, what) in COMMANDS.items():
             yield SystemCommand(f"/{name}{' ' + hint if hint else ''}", what, self._palette_callback(name, hint))
 
-    def _palette_callback(self, name: str, hint: str):
+    def _palette_callback(self, name: str, hint: str) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
+            box = self.host.prompt_input
             if hint and not hint.startswith("["):
-                self.prompt_input.load_text(f"/{name} ")
-                self.prompt_input.move_cursor(self.prompt_input.document.end)
-                self.prompt_input.focus()
+                box.load_text(f"/{name} ")
+                box.move_cursor(box.document.end)
+                box.focus()
                 return
-            await self.run_slash(SlashCommand(name, ""))
+            await self.run(SlashCommand(name, ""))
 
         return run
+
+
+def copy_last_reply(host: ChatHost) -> None:
+    """Ctrl+O and ``/copy``: the last reply's text to the clipboard."""
+    reply = host.chat_view.last_assistant()
+    if reply is None or not reply.content:
+        host.notify("No reply to copy yet", severity="warning")
+        return
+    host.copy_to_clipboard(reply.content)
+    host.notify(f"Copied the last reply ({len(reply.content)} characters)")

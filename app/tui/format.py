@@ -87,3 +87,13 @@ def meter_text(used: int, draft: int, limit: int) -> str:
     pct = 100 * total / limit if limit else 0
     draft_part = f"+{draft}" if draft else ""
     return f"ctx {used}{draft_part} / {limit} ({pct:.0f}%)"
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the screen: the user-facing message, or the type and message of a bug.
+
+    Here, not in the window's module, so that a feature's worker (a model download) can say
+    what failed without importing the window."""
+    from app.errors import user_message
+
+    return user_message(exc) or f"{type(exc).__name__}: {exc}"

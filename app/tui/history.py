@@ -1,91 +1,99 @@
-"""Conversation history, as a mixin of ChatApp: recording turns and the sidebar.
+"""Conversation history in the chat: recording turns, and the sidebar of stored chats.
 
-Turns are written through :class:`app.history.recorder.HistoryRecorder`, which
-turns any storage failure into one notice and never stops the chat.  The
-sidebar reads the same :class:`app.history.store.ChatStore`.  Everything here runs
-on the event loop: each store call is one short SQLite transaction.
+:class:`ChatHistory` is held by the chat window (``app.history``) and owns the
+store and the :class:`app.history.recorder.HistoryRecorder`, which turns any
+storage failure into one notice and never stops the chat.  The sidebar
+(:class:`~app.tui.widgets.history_sidebar.HistorySidebar`) reads the same
+:class:`app.history.store.ChatStore`; its messages reach the window, which
+hands them here.  Everything here runs on the event loop: each store call is
+one short SQLite transaction.
 """
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from textual import work
-from textual.app import ComposeResult
-
+from app.tui.branches import Branches
+from app.tui.host import ChatHost
 from app.tui.widgets.dialogs import ConfirmScreen, RenameScreen
 from app.tui.widgets.history_sidebar import HistorySidebar
 
 
-class HistoryMixin:
-    """Mixed into ChatApp (``self`` is the app)."""
+class ChatHistory:
+    """The store, the recorder of the conversation on screen, and the sidebar.
 
-    def init_history(self, store: Any) -> None:
-        """``store``: a ChatStore to use (tests); None opens the default one on first use."""
+    ``store``: a ChatStore to use (tests); None opens the default one on first use.
+    ``branches``: shows the "n/m" labels of a resumed conversation.
+    """
+
+    def __init__(self, host: ChatHost, store: Any, branches: Branches) -> None:
+        self.host = host
+        self.branches = branches
         self._store_arg = store
-        self.recorder = None
-        self._resume_id: int | None = None
-
-    def compose_history(self) -> ComposeResult:
-        yield HistorySidebar()
+        self.recorder: Any = None
 
     # -------------------------------------------------------------- recording
-    def _make_recorder(self):
-        from app.history.recorder import HistoryRecorder
-
+    def _make_recorder(self) -> Any:
         from dataclasses import asdict
 
-        chat = self.chat
+        from app.history.recorder import HistoryRecorder
+
+        chat = self.host.chat
         # the session is what is sent: its system prompt and sampling are what a new conversation stores
         return HistoryRecorder.from_options(
-            self.options, store=self._store_arg, model_path=chat.model_path,
+            self.host.options, store=self._store_arg, model_path=chat.model_path,
             model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
             system=chat.session.system_prompt, sampling=asdict(chat.session.sampling))
 
-    def on_model_ready(self) -> None:
+    def model_ready(self) -> None:
+        """A model loaded: record with it; after ``/model`` the same conversation goes on."""
         old = self.recorder
         self.recorder = self._make_recorder()
         if old is not None and old.conversation_id is not None:
             self.recorder.resume(old.conversation_id, old.tip_id)
-            chat = self.chat  # /model: the conversation goes on with this model, template and sampling
+            chat = self.host.chat  # /model: the conversation goes on with this model, template and sampling
             self.recorder.update(model=str(chat.model_path), model_name=chat.info.model_name or chat.model_path.stem,
                                  template=chat.template.name, sampling=chat.session.sampling)
         if old is not None:
             old.close()
 
     @property
-    def store(self):
+    def store(self) -> Any:
         """The open history store, or None when history is off or failed."""
         if self.recorder is not None:
             return self.recorder.store
         if self._store_arg is not None:
             return self._store_arg
-        if not self.options.history:
+        if not self.host.options.history:
             return None
         from app.history.store import ChatStore, StoreError
 
         try:
             self._store_arg = ChatStore()
         except StoreError as exc:
-            self.notify(str(exc), severity="warning")
+            self.host.notify(str(exc), severity="warning")
             return None
         return self._store_arg
 
-    def _history_notice(self) -> None:
+    @property
+    def conversation_id(self) -> int | None:
+        return self.recorder.conversation_id if self.recorder is not None else None
+
+    def _notice(self) -> None:
         notice = self.recorder.take_notice() if self.recorder else None
         if notice:
-            self.notify(notice, severity="warning", timeout=8)
+            self.host.notify(notice, severity="warning", timeout=8)
 
     def _stored_count(self, upto: int | None = None) -> int:
         """How many of the session's messages (before ``upto``) the store holds (no system turns)."""
-        messages = self.session.messages[:upto]
+        messages = self.host.session.messages[:upto]
         return sum(1 for m in messages if m.role != "system")
 
-    def record_user(self, text: str, *, replacing: str | None = None) -> None:
+    def record_user(self, text: str | None, *, replacing: str | None = None) -> None:
         """Before a turn starts: ``replacing`` is ``"reply"`` (regenerate) or ``"prompt"`` (edit)."""
         if self.recorder is None:
             return
-        messages = self.session.messages
+        messages = self.host.session.messages
         if replacing is not None:
             role = "assistant" if replacing == "reply" else "user"
             last = max((i for i, m in enumerate(messages) if m.role == role), default=None)
@@ -98,16 +106,31 @@ class HistoryMixin:
         if text is not None:
             self.recorder.on_user(SimpleNamespace(role="user", content=text, reasoning="", stats=None,
                                                   finish_reason=None))
-        self._history_notice()
+        self._notice()
 
     def record_chunk(self, kind: str, text: str) -> None:
         if self.recorder is not None:
             self.recorder.on_event(SimpleNamespace(kind=kind, text=text))
 
-    def record_reply(self) -> None:
-        if self.recorder is None or self.session is None:
+    def record_message(self, message: Any) -> None:
+        """A message the tool loop added between steps (a call's reply, a tool result), in order."""
+        if self.recorder is None:
             return
-        messages = self.session.messages
+        if message.role == "assistant":
+            self.recorder.on_reply(message)
+        else:
+            self.recorder.on_user(message)
+
+    def record_continue(self, reply: Any) -> None:
+        """``/continue``: the stored reply is updated in place as it grows."""
+        if self.recorder is not None:
+            self.recorder.on_continue(reply)
+
+    def record_reply(self) -> None:
+        session = self.host.session
+        if self.recorder is None or session is None:
+            return
+        messages = session.messages
         if messages and messages[-1].role == "assistant":
             self.recorder.on_reply(messages[-1])
             user = next((m for m in reversed(messages) if m.role == "user"), None)
@@ -115,8 +138,18 @@ class HistoryMixin:
                 user.store_id = self.recorder.last_user_id
         else:
             self.recorder.close_reply("error")
-        self._history_notice()
-        self.refresh_history()
+        self._notice()
+        self.refresh()
+
+    def record_stopped_reply(self) -> None:
+        """Quit mid-reply: the session has committed the stopped reply (text, counts, "cancelled")
+        but the UI never drained it; store it as Esc would have, not as an unmarked interruption."""
+        session = self.host.session
+        if self.recorder is None or session is None:
+            return
+        messages = session.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].store_id is None:
+            self.recorder.on_reply(messages[-1])
 
     def record_refusal(self) -> None:
         """A turn the session refused: the user message stored for it stays as a branch, and the
@@ -124,39 +157,63 @@ class HistoryMixin:
         if self.recorder is None:
             return
         self.recorder.close_reply("error")
-        kept = [m for m in self.session.messages if m.role != "system"]
+        kept = [m for m in self.host.session.messages if m.role != "system"]
         if all(m.store_id is not None for m in kept):
             self.recorder.rewind(kept[-1].store_id if kept else None)
-        self._history_notice()
-        self.refresh_history()
+        self._notice()
+        self.refresh()
+
+    def show_branch(self, tip_id: int | None) -> None:
+        """Another sibling is shown: stored, so that a resumed chat shows the same branch."""
+        if self.recorder is not None:
+            self.recorder.show_branch(tip_id)
+
+    def set_system(self, text: str) -> None:
+        """``/system``: stored with the conversation, so a resume sends the same."""
+        if self.recorder is not None:
+            self.recorder.set_system(text)
+
+    def fork(self, kept: list) -> int | None:
+        """``/fork``: a new stored conversation of ``kept``, linked to this one; its id (None: not stored)."""
+        if self.recorder is None:
+            return None
+        at = kept[-1].store_id if kept else None
+        if all(m.store_id is not None for m in kept):
+            return self.recorder.fork(at, kept)
+        # not stored (yet): the fork starts a conversation of its own with the next message
+        self.recorder.start_new(system=self.host.session.system_prompt)
+        return None
 
     def new_conversation(self) -> None:
         if self.recorder is not None:
-            self.recorder.start_new(system=self.session.system_prompt if self.session else self.options.system)
+            session = self.host.session
+            self.recorder.start_new(system=session.system_prompt if session else self.host.options.system)
 
-    def close_history(self) -> None:
+    def close(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
 
     # ---------------------------------------------------------------- sidebar
     @property
     def sidebar(self) -> HistorySidebar:
-        return self.query_one(HistorySidebar)
+        return self.host.query_one(HistorySidebar)
 
-    def action_toggle_history(self) -> None:
+    def toggle_sidebar(self) -> None:
+        """Ctrl+B: open the list of stored chats (focused), or close it."""
         sidebar = self.sidebar
         if sidebar.has_class("-open"):
             sidebar.remove_class("-open")
-            self.prompt_input.focus()
+            self.host.prompt_input.focus()
             return
         if self.store is None:
-            self.notify("History is off (--no-history or history = false in the config)", severity="warning")
+            self.host.notify("History is off (--no-history or history = false in the config)", severity="warning")
             return
         sidebar.add_class("-open")
-        self.refresh_history()
+        self.refresh()
         sidebar.query_one("#history-list").focus()
 
-    def refresh_history(self, search: str | None = None) -> None:
+    def refresh(self, search: str | None = None) -> None:
+        """Show the stored chats (matching ``search``, default: what the search box holds)."""
         sidebar = self.sidebar
         if not sidebar.has_class("-open") or self.store is None:
             return
@@ -167,67 +224,66 @@ class HistoryMixin:
         try:
             sidebar.show(self.store.list_conversations(search or None))
         except StoreError as exc:
-            self.notify(str(exc), severity="error")
+            self.host.notify(str(exc), severity="error")
 
-    def on_history_sidebar_search_changed(self, message: HistorySidebar.SearchChanged) -> None:
-        self.refresh_history(message.text)
+    def rename(self, conv_id: int, title: str) -> None:
+        """Ask for a new title, then store it."""
 
-    async def on_history_sidebar_new_requested(self) -> None:
-        await self.action_new_chat()
+        def chosen(new: str | None) -> None:
+            if new:
+                self._store_call(lambda store: store.rename(conv_id, new))
 
-    @work
-    async def on_history_sidebar_rename_requested(self, message: HistorySidebar.RenameRequested) -> None:
-        title = await self.push_screen_wait(RenameScreen(message.title))
-        if title:
-            self._store_call(lambda store: store.rename(message.conv_id, title))
+        self.host.push_screen(RenameScreen(title), chosen)
 
-    @work
-    async def on_history_sidebar_delete_requested(self, message: HistorySidebar.DeleteRequested) -> None:
-        if await self.push_screen_wait(ConfirmScreen(f"Delete “{message.title}”? This cannot be undone.")):
-            self._store_call(lambda store: store.delete(message.conv_id))
-            if self.recorder is not None and self.recorder.conversation_id == message.conv_id:
-                self.recorder.start_new()
+    def delete(self, conv_id: int, title: str) -> None:
+        """Ask, then delete; deleting the conversation on screen makes the next message start a new one."""
 
-    def _store_call(self, action) -> None:
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._store_call(lambda store: store.delete(conv_id))
+                if self.recorder is not None and self.recorder.conversation_id == conv_id:
+                    self.recorder.start_new()
+
+        self.host.push_screen(ConfirmScreen(f"Delete “{title}”? This cannot be undone."), chosen)
+
+    def _store_call(self, action: Any) -> None:
         from app.history.store import StoreError
 
         try:
             action(self.store)
         except StoreError as exc:
-            self.notify(str(exc), severity="error")
-        self.refresh_history()
-
-    async def on_history_sidebar_conversation_selected(self, message: HistorySidebar.ConversationSelected) -> None:
-        await self.resume_conversation(message.conv_id)
+            self.host.notify(str(exc), severity="error")
+        self.refresh()
 
     async def resume_conversation(self, conv_id: int) -> None:
         """Show a stored conversation and continue it with the loaded model."""
         from app.history.store import StoreError
 
-        if self.generating:
-            self.notify("Wait for the reply to finish (or Esc) before opening another chat", severity="warning")
+        host = self.host
+        if host.generating:
+            host.notify("Wait for the reply to finish (or Esc) before opening another chat", severity="warning")
             return
         try:
             conversation = self.store.load(conv_id)
         except StoreError as exc:
-            self.notify(str(exc), severity="error")
+            host.notify(str(exc), severity="error")
             return
         from app.conversation.branches import from_links
 
         stored = [m for m in conversation.messages + conversation.branches if m.role != "system"]
         messages, branches = from_links([(m.id, m.parent_id, m.to_chat_message()) for m in stored],
                                         [m.id for m in conversation.messages if m.role != "system"])
-        self.end_edit("another conversation opened")
-        await self.chat_view.show_messages(messages)
-        self.sub_title = conversation.info.title
-        if self.session is None:
-            self.notify("Showing a stored chat; load a model (/model PATH) to continue it", severity="warning")
+        host.end_edit("another conversation opened")
+        await host.chat_view.show_messages(messages)
+        host.sub_title = conversation.info.title
+        session = host.session
+        if session is None:
+            host.notify("Showing a stored chat; load a model (/model PATH) to continue it", severity="warning")
             return
-        self.session.set_system(conversation.info.system_prompt)
-        self.session.load_messages(messages, branches)
+        session.set_system(conversation.info.system_prompt)
+        session.load_messages(messages, branches)
         if self.recorder is not None:
             self.recorder.resume(conv_id, conversation.messages[-1].id if conversation.messages else None)
-        await self.show_branch_labels()
-        self.update_meter()
-        self.prompt_input.focus()
-
+        await self.branches.show_labels()
+        host.update_meter()
+        host.prompt_input.focus()

@@ -1,19 +1,23 @@
 """Opening the token inspector from the chat: ``/tokens``, F2, the palette, a double click.
 
-A mixin of :class:`~app.tui.app.ChatApp`.  The inspector shows the
-:class:`~app.conversation.context_breakdown.PromptRecord` a reply kept: the last one by
-default; a double click on a reply opens the prompt that reply answered,
-and on a user message the prompt that message was sent in, with its ids
-selected.  Turns loaded from the history, and live replies older than
-the newest :data:`app.conversation.session.RECORDS_KEPT`, have no record: their prompt
-is rebuilt from the stored text, and the title says so.
+:class:`TokenInspectorOpener` is held by the chat window (``app.inspector``).
+The inspector shows the :class:`~app.conversation.context_breakdown.PromptRecord`
+a reply kept: the last one by default; a double click on a reply opens the
+prompt that reply answered, and on a user message the prompt that message was
+sent in, with its ids selected.  Turns loaded from the history, and live
+replies older than the newest :data:`app.conversation.session.RECORDS_KEPT`,
+have no record: their prompt is rebuilt from the stored text, and the title
+says so.  The inspector screen asks for another turn with a
+:class:`~app.tui.screens.token_inspector.TokenInspector.TurnRequested`
+message, which the window routes to :meth:`TokenInspectorOpener.inspect_turn`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from textual import events
 
+from app.tui.host import ChatHost
 from app.tui.widgets.user_message import UserMessage
 
 
@@ -24,50 +28,61 @@ def _message_widgets() -> tuple[type, type]:
     return UserMessage, AssistantMessage
 
 
-class InspectorMixin:
-    """``/tokens`` and friends; ``self`` is the ChatApp."""
+class TokenInspectorOpener:
+    """Which prompt record to show, and the screen that shows it.
 
-    async def cmd_tokens(self, arg: str) -> None:
-        self.action_show_tokens()
+    ``draft_tokens(text)``: what the draft in the box would cost as sent (attached files
+    included), shown in the inspector's breakdown; the attachments feature knows that.
+    """
 
-    def action_show_tokens(self, message: Any = None) -> None:
-        session = self.session
+    def __init__(self, host: ChatHost, draft_tokens: Callable[[str], int]) -> None:
+        self.host = host
+        self.draft_tokens = draft_tokens
+
+    async def command(self, arg: str) -> None:
+        """``/tokens``."""
+        self.show()
+
+    def show(self, message: Any = None) -> None:
+        host = self.host
+        session = host.session
         if session is None:
-            self.notify("No model is loaded yet: the inspector shows what a turn sent", severity="warning")
+            host.notify("No model is loaded yet: the inspector shows what a turn sent", severity="warning")
             return
-        if self.generating:
-            self.notify("A reply is still streaming: open the inspector when it has finished", severity="warning")
+        if host.generating:
+            host.notify("A reply is still streaming: open the inspector when it has finished", severity="warning")
             return
-        record, focus, title = self._record_for(session, message)
+        record, focus, title = self.record_for(session, message)
         if record is None:
-            self.notify("No turn to inspect yet: send a message first", severity="warning")
+            host.notify("No turn to inspect yet: send a message first", severity="warning")
             return
-        draft = self.prompt_input.text
+        draft = host.prompt_input.text
         # the draft as it would be sent, attached files included
-        draft_tokens = self.show_attachment_cost(draft) if not draft.lstrip().startswith("/") else 0
+        draft_tokens = self.draft_tokens(draft) if not draft.lstrip().startswith("/") else 0
         from app.conversation.context_breakdown import breakdown
         from app.tui.screens.token_inspector import TokenInspector
 
         parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count,
                           extra_spans=session.tool_schema_spans(record))
         turn = int(title.split()[1]) if title.startswith("turn ") else 0
-        self.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus,
+        host.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus,
                                         turn=turn))
 
     def inspect_turn(self, turn: int) -> None:
         """Replace the open inspector with turn ``turn`` (1-based, counted in replies)."""
-        replies = [m for m in self.session.messages if m.role == "assistant"] if self.session else []
+        host = self.host
+        replies = [m for m in host.session.messages if m.role == "assistant"] if host.session else []
         if not 1 <= turn <= len(replies):
-            self.notify(f"no turn {turn}: this conversation has {len(replies)}", severity="warning")
+            host.notify(f"no turn {turn}: this conversation has {len(replies)}", severity="warning")
             return
         from app.tui.screens.token_inspector import TokenInspector
 
-        if isinstance(self.screen, TokenInspector):
-            self.pop_screen()
-        self.action_show_tokens(replies[turn - 1])
+        if isinstance(host.screen, TokenInspector):
+            host.pop_screen()
+        self.show(replies[turn - 1])
 
     @staticmethod
-    def _record_for(session: Any, message: Any) -> tuple[Any, int | None, str]:
+    def record_for(session: Any, message: Any) -> tuple[Any, int | None, str]:
         """The record to show for ``message`` (None: the last turn), the message's index in it, a title.
 
         A reply without a record (a resumed chat) gets one rebuilt from the
@@ -97,9 +112,9 @@ class InspectorMixin:
 
     def message_for_widget(self, widget: Any) -> Any:
         """The session message a chat widget shows (matched from the newest end, by role)."""
-        view = self.chat_view
+        view = self.host.chat_view
         shown = [w for w in view.children if isinstance(w, _message_widgets())]
-        messages = [m for m in self.session.messages if m.role in ("user", "assistant")]
+        messages = [m for m in self.host.session.messages if m.role in ("user", "assistant")]
         if widget not in shown:
             return None
         offset = len(shown) - shown.index(widget)
@@ -109,9 +124,9 @@ class InspectorMixin:
         expected = "user" if isinstance(widget, UserMessage) else "assistant"
         return message if message.role == expected else None
 
-    def on_click(self, event: events.Click) -> None:
-        """A double click on a message opens its tokens (``@on`` is not collected from a mixin)."""
-        if getattr(event, "chain", 1) < 2 or self.session is None:
+    def clicked(self, event: events.Click) -> None:
+        """A double click on a message opens its tokens."""
+        if getattr(event, "chain", 1) < 2 or self.host.session is None:
             return
         widget = event.widget
         while widget is not None and not isinstance(widget, _message_widgets()):
@@ -120,4 +135,4 @@ class InspectorMixin:
             return
         message = self.message_for_widget(widget)
         if message is not None:
-            self.action_show_tokens(message)
+            self.show(message)

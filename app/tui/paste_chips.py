@@ -1,7 +1,9 @@
 """Large pastes become attachment chips instead of flooding the prompt box.
 
-A mixin of :class:`~app.tui.app.ChatApp`.  The prompt box asks
-:meth:`PasteChipsMixin.paste_is_chip` about every bracketed paste; one of at
+:class:`PasteChips` is held by the chat window (``app.paste_chips``); the
+held pastes themselves are :class:`~app.tui.attach.Attachments`' (the files
+it is given), shown by the :class:`~app.tui.widgets.attachment_chips.AttachmentChips`
+widget.  The prompt box asks :meth:`PasteChips.paste_is_chip` about every bracketed paste; one of at
 least ``paste.chip_lines`` lines or ``paste.chip_tokens`` tokens (counted with
 the model's tokenizer, as the attachment block it will be sent in) is held
 as an attachment (``paste-N.txt``) with its exact token cost, shown as a chip
@@ -17,55 +19,65 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.conversation.attachments import Attachment, file_block
+from app.tui.attach import Attachments
+from app.tui.host import ChatHost
 
 
-class PasteChipsMixin:
-    """``self`` is the ChatApp."""
+class PasteChips:
+    """Pastes held as chips: the rule, holding one, and the chips' buttons."""
+
+    def __init__(self, host: ChatHost, attachments: Attachments) -> None:
+        self.host = host
+        self.attachments = attachments
 
     def paste_is_chip(self, text: str) -> bool:
         """Whether a paste of ``text`` (newlines normalized) becomes a chip rather than inline text."""
+        options, session = self.host.options, self.host.session
         lines = text.count("\n") + (0 if text.endswith("\n") else 1)
-        if lines >= self.options.paste_chip_lines:
+        if lines >= options.paste_chip_lines:
             return True
-        if self.session is None or len(text.encode("utf-8", "surrogatepass")) < self.options.paste_chip_tokens:
+        if session is None or len(text.encode("utf-8", "surrogatepass")) < options.paste_chip_tokens:
             return False  # an id is at least one byte: too few bytes for that many tokens
-        return self.session.draft_tokens(text) >= self.options.paste_chip_tokens
+        return session.draft_tokens(text) >= options.paste_chip_tokens
 
-    def on_prompt_input_chip_pasted(self, message) -> None:
+    def pasted(self, text: str) -> None:
         """Hold the paste as an attachment, priced as the block it is sent in."""
-        count = sum(1 for a in self.pending_attachments if a.name.startswith("paste-")) + 1
+        session = self.host.session
+        count = sum(1 for a in self.attachments.pending if a.name.startswith("paste-")) + 1
         name = f"paste-{count}.txt"
-        size = len(message.text.encode("utf-8", "surrogatepass"))
-        tokens = self.session.draft_tokens(file_block(name, size, message.text)) if self.session else 0
-        lines = message.text.count("\n") + (0 if message.text.endswith("\n") else 1)
-        item = Attachment(name, Path(name), size, message.text, tokens, f"pasted, {lines} lines")
-        self.pending_attachments.append(item)
-        self.notify(f"Pasted {lines} lines ({tokens} tokens) as {name}: sent with your next message; "
-                    "open, edit or drop it on its chip")
-        self.update_draft()
+        size = len(text.encode("utf-8", "surrogatepass"))
+        tokens = session.draft_tokens(file_block(name, size, text)) if session else 0
+        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        item = Attachment(name, Path(name), size, text, tokens, f"pasted, {lines} lines")
+        self.attachments.hold(item)
+        self.host.notify(f"Pasted {lines} lines ({tokens} tokens) as {name}: sent with your next message; "
+                         "open, edit or drop it on its chip")
+        self.host.update_draft()
 
-    def refresh_chips(self) -> None:
+    def show(self, held: list[Attachment]) -> None:
+        """One chip per held attachment (called whenever the held files change)."""
         from app.tui.widgets.attachment_chips import AttachmentChips
 
-        chips = self.query(AttachmentChips)
+        chips = self.host.query(AttachmentChips)
         if chips:
-            chips.first().show(list(self.pending_attachments))
+            chips.first().show(held)
 
-    def on_attachment_chips_chip_action(self, message) -> None:
+    def chip_action(self, action: str, index: int) -> None:
+        """A chip's button: open (read it), edit (its text back in the box) or × (drop it)."""
         from app.tui.widgets.attachment_chips import AttachmentView
 
-        held = self.pending_attachments
-        if not 0 <= message.index < len(held):
+        held = self.attachments.pending
+        if not 0 <= index < len(held):
             return
-        item = held[message.index]
-        if message.action == "open":
-            self.push_screen(AttachmentView(f"{item.summary()} · Esc closes", item.text))
+        item = held[index]
+        if action == "open":
+            self.host.push_screen(AttachmentView(f"{item.summary()} · Esc closes", item.text))
             return
-        del held[message.index]
-        if message.action == "edit":  # its text goes back in the box, as typed text
-            box = self.prompt_input
+        self.attachments.drop(index)
+        if action == "edit":  # its text goes back in the box, as typed text
+            box = self.host.prompt_input
             from app.tui.inert import inert_text
 
             box.insert(inert_text(item.text))
             box.focus()
-        self.update_draft()
+        self.host.update_draft()

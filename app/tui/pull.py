@@ -8,40 +8,70 @@ chatting meanwhile; when the download finishes the new model loads as
 ``/model PATH`` does.  Esc (when no reply is streaming) cancels; the partial
 file stays and the same ``/model REF`` resumes it.
 
-A mixin of :class:`app.tui.app.ChatApp` (``self`` is the app), like
-:mod:`app.tui.commands`.
+:class:`ModelPull` is held by the chat window (``app.pull``) and owns the one
+download that may run.  The model to open (a cached or local one at once, a
+downloaded one when its download ends) is told with a :class:`ModelPull.Open`
+message: loading a model is the window's.
 """
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from textual.message import Message
+from textual.timer import Timer
+
+from app.tui.format import error_text
+from app.tui.host import ChatHost
 
 #: how often the model bar shows the download's progress
 PROGRESS_EVERY_S = 0.1
 
 
-class PullMixin:
-    """Pull state: one download at a time, owned here."""
+class ModelPull:
+    """The ``/model`` picker and one download at a time, with its progress in the model bar."""
 
-    _pull_cancel: threading.Event | None = None
-    _pull_ref: str = ""
-    #: (the download's cancel event, its newest Progress), written by the download thread
-    _pull_latest: tuple | None = None
-    _pull_timer = None
-    #: (monotonic time, bytes) when the download started, for its speed
-    _pull_start: tuple[float, int] = (0.0, 0)
+    @dataclass
+    class Open(Message):
+        """Load ``model`` (a path, or a reference that needs no download) with its own preset."""
+
+        model: str
+
+    def __init__(self, host: ChatHost) -> None:
+        self.host = host
+        self._cancel: threading.Event | None = None
+        self._ref = ""
+        #: (the download's cancel event, its newest Progress), written by the download thread
+        self._latest: tuple | None = None
+        self._timer: Timer | None = None
+        #: (monotonic time, bytes) when the download started, for its speed
+        self._start: tuple[float, int] = (0.0, 0)
 
     @property
     def pulling(self) -> bool:
-        return self._pull_cancel is not None
+        return self._cancel is not None
 
     # ---------------------------------------------------------------- picker
-    def open_model_picker(self) -> None:
+    async def command(self, arg: str) -> None:
+        """``/model [REF]``: the picker, or open REF (downloaded first when it names the hub and is not cached)."""
+        from app.tui.slash import SlashError
+
+        if self.host.generating:
+            raise SlashError("/model has to wait until the reply finishes (Esc stops it)")
+        if not arg:
+            self.open_picker()
+            return
+        self.switch_model(arg)
+
+    def open_picker(self) -> None:
         from app.tui.widgets.model_picker import ModelPicker
 
-        current = self.chat.model_path if self.chat is not None else None
-        self.push_screen(ModelPicker(list(self.options.model_dirs), current), self._picked)
+        chat = self.host.chat
+        current = chat.model_path if chat is not None else None
+        self.host.push_screen(ModelPicker(list(self.host.options.model_dirs), current), self._picked)
 
     def _picked(self, value: str | None) -> None:
         if value:
@@ -50,13 +80,13 @@ class PullMixin:
     def switch_model(self, value: str) -> None:
         """Open ``value`` (a path, ``hf:`` reference or preset name): download first when needed."""
         if self.pulling:
-            self.notify(f"A download is running ({self._pull_ref}): wait, or press Esc to cancel it",
-                        severity="warning")
+            self.host.notify(f"A download is running ({self._ref}): wait, or press Esc to cancel it",
+                             severity="warning")
             return
         if self._needs_download(value):
             self._start_pull(value)
             return
-        self.load_model(value)
+        self.host.post_message(self.Open(value))
 
     @staticmethod
     def _needs_download(value: str) -> bool:
@@ -76,105 +106,102 @@ class PullMixin:
     # -------------------------------------------------------------- download
     def _start_pull(self, value: str) -> None:
         cancel = threading.Event()
-        self._pull_cancel, self._pull_ref = cancel, value
-        self._pull_start = (time.monotonic(), 0)
-        self._pull_latest = None
-        self._pull_timer = self.set_interval(PROGRESS_EVERY_S, self._render_latest)
+        self._cancel, self._ref = cancel, value
+        self._start = (time.monotonic(), 0)
+        self._latest = None
+        self._timer = self.host.set_interval(PROGRESS_EVERY_S, self._render_latest)
         self._show_download(f"looking up {value} on the hub")
-        self._pull(value, cancel)
-
-    def _pull(self, value: str, cancel: threading.Event) -> None:
-        self.run_worker(lambda: self._pull_thread(value, cancel), thread=True, group="pull", exit_on_error=False)
+        self.host.run_worker(lambda: self._pull_thread(value, cancel), thread=True, group="pull",
+                             exit_on_error=False)
 
     def _pull_thread(self, value: str, cancel: threading.Event) -> None:
         from app.models.hub import DownloadCancelled, check_space, download, plan_pull
         from app.models.hub_ref import model_ref
 
+        host = self.host
         try:
             plan = plan_pull(model_ref(value))
             check_space(plan)
-            self.call_from_thread(self._pull_planned, cancel, plan)
-            path = download(plan, progress=lambda p: setattr(self, "_pull_latest", (cancel, p)), cancel=cancel)
+            host.call_from_thread(self._planned, cancel, plan)
+            path = download(plan, progress=lambda p: setattr(self, "_latest", (cancel, p)), cancel=cancel)
         except DownloadCancelled:
             return  # Esc already said so
         except Exception as exc:  # shown on screen; the chat goes on with the loaded model
-            from app.tui.app import error_text
-
-            self.call_from_thread(self._pull_failed, cancel, error_text(exc))
+            host.call_from_thread(self._failed, cancel, error_text(exc))
             return
-        self.call_from_thread(self._pull_done, cancel, path)
+        host.call_from_thread(self._done, cancel, path)
 
     def _render_latest(self) -> None:
         """Timer tick: show the newest progress the download thread left (it never waits for the UI)."""
-        latest = self._pull_latest
+        latest = self._latest
         if latest is not None:
-            self._pull_progress(*latest)
+            self._progress(*latest)
 
-    def _pull_planned(self, cancel: threading.Event, plan) -> None:
+    def _planned(self, cancel: threading.Event, plan: Any) -> None:
         from app.models.hub import human_bytes
 
-        if cancel is not self._pull_cancel:
+        if cancel is not self._cancel:
             return
-        self._pull_start = (time.monotonic(), sum(plan.have.values()))
+        self._start = (time.monotonic(), sum(plan.have.values()))
         resumed = f", resuming after {human_bytes(sum(plan.have.values()))}" if plan.have else ""
-        self.notify(f"Downloading {plan.gguf.path} ({human_bytes(plan.needed)}{resumed}): {plan.reason}. "
-                    "Esc cancels.", title="Download")
+        self.host.notify(f"Downloading {plan.gguf.path} ({human_bytes(plan.needed)}{resumed}): {plan.reason}. "
+                         "Esc cancels.", title="Download")
 
-    def _pull_progress(self, cancel: threading.Event, progress) -> None:
+    def _progress(self, cancel: threading.Event, progress: Any) -> None:
         from app.models.hub import human_bytes
 
-        if cancel is not self._pull_cancel:
+        if cancel is not self._cancel:
             return
         name = Path(progress.file).name
         if progress.phase == "verify":
             self._show_download(f"checking sha256 of {name}")
             return
-        started, base = self._pull_start
+        started, base = self._start
         elapsed = time.monotonic() - started
         speed = (progress.done - base) / elapsed if elapsed > 0 else 0.0
         left = f" · {int((progress.total - progress.done) / speed)} s left" if speed > 0 else ""
         self._show_download(f"↓ {name} {human_bytes(progress.done)}/{human_bytes(progress.total)}"
                             f" · {human_bytes(int(speed))}/s{left} · Esc cancels")
 
-    def _pull_done(self, cancel: threading.Event, path: Path) -> None:
-        if cancel is not self._pull_cancel:
+    def _done(self, cancel: threading.Event, path: Path) -> None:
+        if cancel is not self._cancel:
             return
-        self._end_pull()
-        self.notify(f"Downloaded {path.name}; loading it", title="Download")
-        self.load_model(str(path))
+        self._end()
+        self.host.notify(f"Downloaded {path.name}; loading it", title="Download")
+        self.host.post_message(self.Open(str(path)))
 
-    def _pull_failed(self, cancel: threading.Event, error: str) -> None:
-        if cancel is not self._pull_cancel:
+    def _failed(self, cancel: threading.Event, error: str) -> None:
+        if cancel is not self._cancel:
             return
-        self._end_pull()
-        self.notify(error, title="Download failed", severity="error", timeout=10)
+        self._end()
+        self.host.notify(error, title="Download failed", severity="error", timeout=10)
 
-    def cancel_pull(self) -> bool:
+    def cancel(self) -> bool:
         """Esc: stop the download (the partial file is kept); False when none runs."""
-        if self._pull_cancel is None:
+        if self._cancel is None:
             return False
-        self._pull_cancel.set()
-        ref = self._pull_ref
-        self._end_pull()
-        self.notify(f"Download stopped; the partial file is kept: /model {ref} resumes it", title="Download")
+        self._cancel.set()
+        ref = self._ref
+        self._end()
+        self.host.notify(f"Download stopped; the partial file is kept: /model {ref} resumes it", title="Download")
         return True
 
-    def _end_pull(self) -> None:
-        self._pull_cancel = None
-        self._pull_latest = None
-        if self._pull_timer is not None:
-            self._pull_timer.stop()
-            self._pull_timer = None
+    def _end(self) -> None:
+        self._cancel = None
+        self._latest = None
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
         self._show_download("")
-        self.refresh_bindings()
+        self.host.refresh_bindings()
 
     def _show_download(self, text: str) -> None:
         from app.tui.widgets.model_bar import ModelBar
 
-        self.query_one(ModelBar).download = text
-        self.refresh_bindings()
+        self.host.query_one(ModelBar).download = text
+        self.host.refresh_bindings()
 
-    def on_unmount(self) -> None:
+    def close(self) -> None:
         """Quit: stop a download at its next chunk, so the process can exit."""
-        if self._pull_cancel is not None:
-            self._pull_cancel.set()
+        if self._cancel is not None:
+            self._cancel.set()

@@ -37,24 +37,24 @@ async def test_attach_shows_the_cost_that_is_sent(scripted_app, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         await send(pilot, f"/attach {file}")
-        assert [a.name for a in app.pending_attachments] == ["notes.txt"]
+        assert [a.name for a in app.attachments.pending] == ["notes.txt"]
         await type_text(pilot, "Summarize")
         box = app.prompt_input
         shown = app.meter.draft
-        assert f"notes.txt {app.pending_attachments[0].tokens}" in box.border_subtitle
+        assert f"notes.txt {app.attachments.pending[0].tokens}" in box.border_subtitle
         assert f"message {shown} tokens" in box.border_subtitle
         await pilot.press("enter")
         await wait_reply(pilot)
-        ids = sent_message_ids(app.conversation.session)
+        ids = sent_message_ids(app.session)
         assert len(ids) == shown
-        tok = app.conversation.session.tokenizer
+        tok = app.session.tokenizer
         assert not any(tok.is_special(t) for t in ids)
-        assert app.conversation.session.messages[-2].content.startswith('<file name="notes.txt" size="')
-        assert app.pending_attachments == [] and box.border_subtitle == ""
+        assert app.session.messages[-2].content.startswith('<file name="notes.txt" size="')
+        assert app.attachments.pending == [] and box.border_subtitle == ""
         shown_text = str(app.query(UserMessage).last().render())
         assert shown_text == f"📎 notes.txt ({file.stat().st_size} B)\n\nSummarize"  # the file is one line
         stored = app.history.store.load(app.history.recorder.conversation_id).messages
-        assert stored[-2].content == app.conversation.session.messages[-2].content
+        assert stored[-2].content == app.session.messages[-2].content
 
 
 async def test_at_path_is_priced_while_typing_and_attached_on_send(scripted_app, tmp_path, monkeypatch):
@@ -71,9 +71,9 @@ async def test_at_path_is_priced_while_typing_and_attached_on_send(scripted_app,
         assert "@plan.md" in app.prompt_input.border_subtitle
         await pilot.press("enter")
         await wait_reply(pilot)
-        assert len(sent_message_ids(app.conversation.session)) == shown
+        assert len(sent_message_ids(app.session)) == shown
         assert "<file name=\"plan.md\" size=\"20\">\n# Plan\n\n1. Ship it.\n</file>\n\nCheck @plan.md" == \
-            app.conversation.session.messages[-2].content
+            app.session.messages[-2].content
 
 
 async def test_binary_and_huge_files_are_refused_and_nothing_is_sent(scripted_app, tmp_path):
@@ -87,13 +87,13 @@ async def test_binary_and_huge_files_are_refused_and_nothing_is_sent(scripted_ap
         await wait_loaded(pilot)
         for path, why in ((binary, "looks binary"), (huge, "over the 1.0 MB limit")):
             await send(pilot, f"/attach {path}")
-            assert app.pending_attachments == []
+            assert app.attachments.pending == []
             assert any(why in n.message for n in app._notifications)
         # an @word naming a refused file stops the send, keeping the draft
         await type_text(pilot, f"look @{binary}")
         await pilot.press("enter")
         await pilot.pause()
-        assert app.conversation.session.messages == [] and app.prompt_input.text == f"look @{binary}"
+        assert app.session.messages == [] and app.prompt_input.text == f"look @{binary}"
 
 
 async def test_a_directory_asks_first(scripted_app, tmp_path):
@@ -108,8 +108,8 @@ async def test_a_directory_asks_first(scripted_app, tmp_path):
         await send(pilot, f"/attach {folder}")
         assert isinstance(app.screen, ConfirmScreen)
         assert "Attach these 2 files" in app.screen.question and "logo.png" not in app.screen.question
-        assert app.pending_attachments == []
+        assert app.attachments.pending == []
         await pilot.press("y")
         await pilot.pause()
         await pilot.pause()
-        assert [a.name for a in app.pending_attachments] == ["a.py", "b.py"]
+        assert [a.name for a in app.attachments.pending] == ["a.py", "b.py"]

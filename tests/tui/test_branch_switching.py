@@ -40,10 +40,10 @@ async def test_regenerate_twice_switch_continue_and_resume_after_restart(scripte
         await pilot.press("alt+left", "alt+left")
         await pilot.pause()
         assert shown(app) == ["First answer."] and label(app) == "1/3"
-        first = app.conversation.session.messages[-1].record
+        first = app.session.messages[-1].record
         await send(pilot, "Tell me more")
         await wait_reply(pilot)
-        sent = app.conversation.session.last_prompt.ids
+        sent = app.session.last_prompt.ids
         assert sent[:len(first.prompt.ids) + len(first.reply_ids)] == list(first.prompt.ids) + list(first.reply_ids)
         assert shown(app) == ["First answer.", "Follow-up answer."]
         conv_id = app.history.recorder.conversation_id
@@ -54,7 +54,7 @@ async def test_regenerate_twice_switch_continue_and_resume_after_restart(scripte
                     loader=scripted_loader(smollm_path, ["Later."]), stats_filter=stable_timings, store=fresh)
     async with again.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        await again.resume_conversation(conv_id)
+        await again.history.resume_conversation(conv_id)
         await pilot.pause()
         assert shown(again) == ["First answer.", "Follow-up answer."]
         assert again.session.branches.position(1) == (1, 3) and label(again) == "1/3"

@@ -111,10 +111,10 @@ async def test_a_download_runs_beside_the_chat_esc_cancels_and_the_next_resumes(
         await send(pilot, "hello")
         await wait_reply(pilot)
         assert app.query(AssistantMessage).last().content == "still chatting"
-        assert app.chat.model_path == gemma_path and app.pulling
+        assert app.chat.model_path == gemma_path and app.pull.pulling
 
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not app.pulling and bar.download == "", what="the download to stop")
+        await wait_for(pilot, lambda: not app.pull.pulling and bar.download == "", what="the download to stop")
         hosted.release.set()
         await wait_for(pilot, lambda: not [w for w in app.workers if w.group == "pull" and w.is_running],
                        what="the download thread to end")
@@ -125,7 +125,7 @@ async def test_a_download_runs_beside_the_chat_esc_cancels_and_the_next_resumes(
         # the same command resumes where it stopped, then opens the model
         hosted.hold_after = None
         await send(pilot, f"/model hf:{REPO}:Q4_1")
-        await wait_for(pilot, lambda: app.chat.model_path.name == FILE and bar.state == "ready" and not app.pulling,
+        await wait_for(pilot, lambda: app.chat.model_path.name == FILE and bar.state == "ready" and not app.pull.pulling,
                        timeout_s=120, what="the pulled model to load")
         assert hub.gets(FILE)[-1].range == f"bytes={kept}-"
         assert sha256_of(app.chat.model_path) == sha256_of(smollm_path)
@@ -133,7 +133,7 @@ async def test_a_download_runs_beside_the_chat_esc_cancels_and_the_next_resumes(
         await send(pilot, "hello again")
         await wait_reply(pilot)
         assert len(app.query(AssistantMessage)) == 2  # the conversation went on with the new model
-        assert app.conversation.session.messages[-2].content == "hello again"
+        assert app.session.messages[-2].content == "hello again"
 
 
 async def test_a_failed_download_is_one_notice_and_the_chat_stays(scripted_app, hub, gemma_path):
@@ -142,7 +142,7 @@ async def test_a_failed_download_is_one_notice_and_the_chat_stays(scripted_app, 
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         await send(pilot, "/model hf:nobody/nothing-GGUF:Q4_K_M")
-        await wait_for(pilot, lambda: not app.pulling, what="the lookup to fail")
+        await wait_for(pilot, lambda: not app.pull.pulling, what="the lookup to fail")
         await pilot.pause()
         (note,) = [n for n in app._notifications if n.title == "Download failed"]
         assert note.message.startswith("hf:nobody/nothing-GGUF:Q4_K_M: no such repo on http://127.0.0.1")

@@ -24,7 +24,7 @@ async def test_a_long_prompt_shows_its_progress_and_esc_stops_it(real_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         text = "Summarise these notes. " + " ".join(f"Note {i}: the tide was high at dawn." for i in range(300))
-        n_ids = app.conversation.session.draft_tokens(text)
+        n_ids = app.session.draft_tokens(text)
         assert 2000 < n_ids < 8000
         app.prompt_input.text = text
         app.prompt_input.focus()
@@ -42,10 +42,10 @@ async def test_a_long_prompt_shows_its_progress_and_esc_stops_it(real_app):
 
         await wait_for(pilot, shown, timeout_s=120, what="the prompt's progress line")
         done, total = (int(x.replace(",", "")) for x in re.match(r"prompt ([\d,]+) / ([\d,]+)", seen[-1]).groups())
-        backend_total = app.conversation.session.backend.prompt_progress.total
+        backend_total = app.session.backend.prompt_progress.total
         assert total == backend_total and 0 < done < total
         assert total >= n_ids  # the whole prompt is new: template ids around the message too
         await pilot.press("escape")
         await wait_reply(pilot, timeout_s=30)
-        reply = app.conversation.session.messages[-1]
+        reply = app.session.messages[-1]
         assert reply.role == "assistant" and reply.finish_reason == "cancelled" and reply.content == ""

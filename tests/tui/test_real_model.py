@@ -25,35 +25,35 @@ async def test_send_reply_counts_match_the_session(real_app):
         await wait_loaded(pilot)
         assert app.chat is not None, app.query_one("ModelBar").text
         bar = str(app.query_one("ModelBar").render())
-        assert "llama.cpp" in bar and "ctx 2048" in bar and app.conversation.session.template.name in bar
+        assert "llama.cpp" in bar and "ctx 2048" in bar and app.session.template.name in bar
         start = app.meter.used
 
         app.prompt_input.focus()
         await pilot.press(*"What", "space", *"is", "space", *"2+2?")
         await wait_for(pilot, lambda: app.meter.draft > 0, what="the draft count")
-        assert app.meter.draft == app.conversation.session.draft_tokens("What is 2+2?")
+        assert app.meter.draft == app.session.draft_tokens("What is 2+2?")
         await pilot.press("enter")
         await wait_reply(pilot)
 
         reply = app.query(AssistantMessage).last()
-        message = app.conversation.session.messages[-1]
+        message = app.session.messages[-1]
         assert message.role == "assistant" and message.content.strip()
         assert reply.content == message.content
         assert shown_stats(reply) == stats_line(message.stats)
         assert message.stats.completion_tokens > 0 and message.stats.new_prompt_tokens > 0
-        assert app.meter.used == app.conversation.session.context_used == message.stats.context_used > start
+        assert app.meter.used == app.session.context_used == message.stats.context_used > start
         assert app.meter.draft == 0
 
         # a second message: the view grows, the cache is reused, the counts still match
         await send(pilot, "And 3+3?")
         await wait_reply(pilot)
         replies = list(app.query(AssistantMessage))
-        second = app.conversation.session.messages[-1]
-        assert len(replies) == 2 and len(app.conversation.session.messages) == 4
+        second = app.session.messages[-1]
+        assert len(replies) == 2 and len(app.session.messages) == 4
         assert replies[-1].content == second.content
         assert shown_stats(replies[-1]) == stats_line(second.stats)
         assert second.stats.new_prompt_tokens < second.stats.prompt_tokens
-        assert app.meter.used == app.conversation.session.context_used > message.stats.context_used
+        assert app.meter.used == app.session.context_used > message.stats.context_used
 
 
 async def test_escape_mid_reply_stops_and_keeps_the_partial_text(real_app, store):
@@ -68,7 +68,7 @@ async def test_escape_mid_reply_stops_and_keeps_the_partial_text(real_app, store
         await wait_reply(pilot)
 
         reply = app.query(AssistantMessage).last()
-        message = app.conversation.session.messages[-1]
+        message = app.session.messages[-1]
         assert message.finish_reason == "cancelled"
         assert message.stats.completion_tokens < 400
         assert reply.content == message.content and len(reply.content) > 10
@@ -80,8 +80,8 @@ async def test_escape_mid_reply_stops_and_keeps_the_partial_text(real_app, store
 
         # the chat goes on after a stop (short reply: /max_tokens on the live session)
         await send(pilot, "/max_tokens 8")
-        assert app.conversation.session.sampling.max_tokens == 8
+        assert app.session.sampling.max_tokens == 8
         await send(pilot, "Thanks!")
         await wait_reply(pilot)
-        assert app.conversation.session.messages[-1].finish_reason in ("stop", "length")
-        assert app.query(AssistantMessage).last().content == app.conversation.session.messages[-1].content
+        assert app.session.messages[-1].finish_reason in ("stop", "length")
+        assert app.query(AssistantMessage).last().content == app.session.messages[-1].content

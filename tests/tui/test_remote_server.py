@@ -46,19 +46,19 @@ async def test_chat_through_the_server_shows_the_counts(server, store, smollm_pa
             await send(pilot, question)
             await wait_reply(pilot)
             reply = app.query(AssistantMessage).last()
-            stats = app.conversation.session.messages[-1].stats
+            stats = app.session.messages[-1].stats
             assert stats.verified and stats.backend == "remote" and stats.completion_tokens > 0
             shown = str(reply.query_one(".stats").render())
             assert shown == stats_line(stats) and "unverified" not in shown
         # the second turn reused the server's cache: its numbers, on screen
-        counts = app.conversation.session.backend.last_counts
+        counts = app.session.backend.last_counts
         assert stats.new_prompt_tokens == counts.evaluated_tokens < stats.prompt_tokens
 
         # /server off goes back to the local engine and the conversation goes on
         await send(pilot, "/server off")
         await wait_loaded(pilot)
         assert "llama.cpp" in str(app.query_one("ModelBar").render())
-        assert len(app.conversation.session.messages) == 4
+        assert len(app.session.messages) == 4
 
 
 def test_an_unverified_turn_says_so_under_the_reply():
@@ -81,7 +81,7 @@ async def test_escape_closes_the_stream_and_the_server_stops(server, store, smol
         await wait_for(pilot, lambda: server.slots()[0]["next_token"][0]["n_decoded"] >= 5, what="a few tokens")
         await pilot.press("escape")
         await wait_reply(pilot)
-        stats = app.conversation.session.messages[-1].stats
+        stats = app.session.messages[-1].stats
         assert stats.finish_reason == "cancelled" and 0 < stats.completion_tokens < 300
         await wait_for(pilot, lambda: not server.slots()[0]["is_processing"], 10, what="the server to stop")
         assert server.slots()[0]["next_token"][0]["n_decoded"] < 150
@@ -112,7 +112,7 @@ async def test_chat_through_a_server_split_over_two_rpc_workers(rpc_server, stor
         for question in ("What is 2+2?", "And 3+3?"):
             await send(pilot, question)
             await wait_reply(pilot)
-            stats = app.conversation.session.messages[-1].stats
+            stats = app.session.messages[-1].stats
             assert stats.verified and stats.completion_tokens > 0
             assert str(app.query(AssistantMessage).last().query_one(".stats").render()) == stats_line(stats)
-        assert stats.new_prompt_tokens == app.conversation.session.backend.last_counts.evaluated_tokens < stats.prompt_tokens
+        assert stats.new_prompt_tokens == app.session.backend.last_counts.evaluated_tokens < stats.prompt_tokens

@@ -30,7 +30,7 @@ async def test_enter_sends_ctrl_j_newlines_and_up_recalls(scripted_app):
         await wait_reply(pilot)
         assert [w.text for w in app.query(UserMessage)] == ["a\nb"]
         assert app.prompt_input.text == ""
-        assert app.conversation.session.messages[-1].content == "first reply"
+        assert app.session.messages[-1].content == "first reply"
         assert app.query(AssistantMessage).last().content == "first reply"
         await pilot.press("up")
         assert app.prompt_input.text == "a\nb"
@@ -45,14 +45,14 @@ async def test_stats_line_and_meter_follow_the_session(scripted_app):
         before = app.meter.used
         await pilot.press(*"hello")
         await wait_for(pilot, lambda: app.meter.draft > 0, what="the draft count")
-        assert app.meter.draft == app.conversation.session.draft_tokens("hello")
+        assert app.meter.draft == app.session.draft_tokens("hello")
         await pilot.press("enter")
         await wait_reply(pilot)
-        stats = app.conversation.session.messages[-1].stats
+        stats = app.session.messages[-1].stats
         shown = str(app.query_one(AssistantMessage).query_one(".stats").render())
         assert shown == stats_line(app.stats_filter(stats))
         assert stats.completion_tokens == len(app.chat.tokenizer.encode("Four.")) + 1  # + the stop id
-        assert app.meter.used == app.conversation.session.context_used == stats.context_used > before
+        assert app.meter.used == app.session.context_used == stats.context_used > before
 
 
 async def test_thinking_streams_into_a_block_that_closes_when_the_answer_starts(scripted_app):
@@ -62,10 +62,10 @@ async def test_thinking_streams_into_a_block_that_closes_when_the_answer_starts(
         await send(pilot, "2+2?")
         await wait_reply(pilot)
         reply = app.query_one(AssistantMessage)
-        assert reply.reasoning == app.conversation.session.messages[-1].reasoning == "Two and two."
+        assert reply.reasoning == app.session.messages[-1].reasoning == "Two and two."
         assert reply.content == "The answer is **4**."
         assert reply.thinking.collapsed
-        assert f"({app.conversation.session.messages[-1].stats.reasoning_tokens} tokens)" in reply.thinking.title
+        assert f"({app.session.messages[-1].stats.reasoning_tokens} tokens)" in reply.thinking.title
         await pilot.press("ctrl+t")
         assert not reply.thinking.collapsed
 
@@ -84,7 +84,7 @@ async def test_regenerate_and_edit_replace_the_last_turn(scripted_app, store):
         await pilot.press("!", "enter")
         await wait_reply(pilot)
         assert [u.text for u in app.query(UserMessage)] == ["hi!"]
-        assert [(m.role, m.content) for m in app.conversation.session.messages] == [("user", "hi!"), ("assistant", "three")]
+        assert [(m.role, m.content) for m in app.session.messages] == [("user", "hi!"), ("assistant", "three")]
         stored = store.load(app.history.recorder.conversation_id).messages
         assert [(m.role, m.content) for m in stored] == [("user", "hi!"), ("assistant", "three")]
 
@@ -96,12 +96,12 @@ async def test_slash_commands_change_the_session(scripted_app, tmp_path):
         for command in ("/temp 0.3", "/top_k 7", "/max_tokens 50", "/system Be brief."):
             app.prompt_input.load_text(command)
             await pilot.press("enter")
-        assert (app.conversation.session.sampling.temperature, app.conversation.session.sampling.top_k,
-                app.conversation.session.sampling.max_tokens) == (0.3, 7, 50)
-        assert app.conversation.session.system_prompt == "Be brief."
+        assert (app.session.sampling.temperature, app.session.sampling.top_k,
+                app.session.sampling.max_tokens) == (0.3, 7, 50)
+        assert app.session.system_prompt == "Be brief."
         app.prompt_input.load_text("/temp hot")
         await pilot.press("enter")
-        assert app.conversation.session.sampling.temperature == 0.3
+        assert app.session.sampling.temperature == 0.3
         await send(pilot, "code please")
         await wait_reply(pilot)
         app.prompt_input.load_text("/copy code 1")
@@ -121,8 +121,8 @@ async def test_slash_commands_change_the_session(scripted_app, tmp_path):
         app.prompt_input.load_text("/clear")
         await pilot.press("enter")
         await pilot.pause()
-        assert app.conversation.session.messages == [] and not app.query(AssistantMessage)
-        assert app.conversation.session.system_prompt == "Be brief."
+        assert app.session.messages == [] and not app.query(AssistantMessage)
+        assert app.session.system_prompt == "Be brief."
 
 
 async def test_backend_failure_is_shown_and_the_partial_reply_kept(scripted_app):
@@ -132,7 +132,7 @@ async def test_backend_failure_is_shown_and_the_partial_reply_kept(scripted_app)
         await send(pilot, "go")
         await wait_reply(pilot)
         reply = app.query_one(AssistantMessage)
-        message = app.conversation.session.messages[-1]
+        message = app.session.messages[-1]
         assert message.finish_reason == "error"
         assert reply.content == message.content and reply.has_class("-error")
         assert "scripted fault" in str(reply.query_one(".stats").render())
@@ -169,13 +169,13 @@ async def test_history_sidebar_resume_rename_delete(scripted_app, store):
         app.prompt_input.load_text("/new")
         await pilot.press("enter")
         await pilot.pause()
-        assert app.conversation.session.messages == []
+        assert app.session.messages == []
         await pilot.press("ctrl+b")
         await pilot.pause()
-        assert app.sidebar.highlighted_id() == first
+        assert app.history.sidebar.highlighted_id() == first
         await pilot.press("enter")  # resume
         await pilot.pause()
-        assert [m.content for m in app.conversation.session.messages] == ["remember me", "stored answer"]
+        assert [m.content for m in app.session.messages] == ["remember me", "stored answer"]
         assert app.query_one(AssistantMessage).content == "stored answer"
         await send(pilot, "and then?")
         await wait_reply(pilot)
@@ -211,9 +211,9 @@ async def test_a_long_stored_conversation_opens_a_page_at_a_time(scripted_app, s
     app = scripted_app(["next"])
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        await app.resume_conversation(conv)
+        await app.history.resume_conversation(conv)
         await pilot.pause()
-        assert len(app.conversation.session.messages) == 30  # the session has everything ...
+        assert len(app.session.messages) == 30  # the session has everything ...
         assert len(app.query(UserMessage)) + len(app.query(AssistantMessage)) == PAGE  # ... the view a page
         assert app.query_one(EarlierMessages).hidden == 30 - PAGE
         app.chat_view.scroll_home(animate=False, immediate=True)  # the row is at the top
@@ -246,11 +246,11 @@ async def test_old_turns_dropped_to_fit_are_announced(scripted_app, smollm_path)
             await wait_reply(pilot)
         notices = [n.text for n in app.query(Notice) if n.kind == "warning"]
         assert any(text.startswith("context full: left the") for text in notices), notices
-        stats = app.conversation.session.messages[-1].stats
+        stats = app.session.messages[-1].stats
         assert stats.dropped_turns >= 1
         shown = str(app.query(AssistantMessage).last().query_one(".stats").render())
         assert f"dropped {stats.dropped_turns} old turn(s)" in shown
-        assert app.meter.used == app.conversation.session.context_used <= 256
+        assert app.meter.used == app.session.context_used <= 256
 
 
 async def test_think_and_template_commands(scripted_app):
@@ -260,18 +260,18 @@ async def test_think_and_template_commands(scripted_app):
         await send(pilot, "hello")
         await wait_reply(pilot)
         await send(pilot, "/think on")
-        assert app.conversation.session.enable_thinking is True
+        assert app.session.enable_thinking is True
         await send(pilot, "/think off")
-        assert app.conversation.session.enable_thinking is False
+        assert app.session.enable_thinking is False
         await send(pilot, "/template chatml")
-        assert app.conversation.session.template.name == "chatml"
-        assert [m.content for m in app.conversation.session.messages] == ["hello", "fine"]
+        assert app.session.template.name == "chatml"
+        assert [m.content for m in app.session.messages] == ["hello", "fine"]
         assert "template chatml" in str(app.query_one("ModelBar").render())
         await send(pilot, "/template nosuch")
-        assert app.conversation.session.template.name == "chatml"
+        assert app.session.template.name == "chatml"
         await send(pilot, "again")
         await wait_reply(pilot)
-        assert app.conversation.session.messages[-1].content == "fine"
+        assert app.session.messages[-1].content == "fine"
 
 
 async def test_model_command_failure_keeps_the_loaded_model(scripted_app, tmp_path):
@@ -304,4 +304,4 @@ async def test_command_palette_runs_and_prefills_commands(scripted_app):
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.prompt_input.text == "/top_k ", what="the prefilled command")
         await pilot.press("3", "enter")
-        assert app.conversation.session.sampling.top_k == 3
+        assert app.session.sampling.top_k == 3

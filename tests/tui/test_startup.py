@@ -60,7 +60,7 @@ async def test_the_window_works_while_the_model_loads(smollm_path, store):
             app.prompt_input.load_text("")
             await send(pilot, "hi")
             await wait_reply(pilot)
-            assert app.conversation.session.messages[-1].content == "loaded and answering"
+            assert app.session.messages[-1].content == "loaded and answering"
     finally:
         gate.set()
 
@@ -110,7 +110,7 @@ def test_the_first_frame_needs_no_markdown_jinja_sqlite_or_engine():
 async def test_the_preset_and_header_are_read_in_the_load_thread_once(smollm_path, store, monkeypatch, tmp_path):
     import tokenizer.gguf
     from app.cli import build_parser
-    from app.settings.config import chat_options
+    from app.models.preset_match import chat_options
     from app.tui.loader import load_chat
 
     monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))
@@ -135,7 +135,7 @@ async def test_the_preset_and_header_are_read_in_the_load_thread_once(smollm_pat
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         assert app.query_one("ModelBar").state == "ready"
-        assert app.settings.options.preset == "smollm2" and app.chat.context_size == 256
+        assert app.options.preset == "smollm2" and app.chat.context_size == 256
     assert [preset for preset, _ in seen] == ["smollm2"]
     main = threading.main_thread().name
     assert seen[0][1] != main and len(parses) == 1 and parses[0] != main

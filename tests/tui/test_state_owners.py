@@ -57,7 +57,7 @@ async def test_ctrl_g_then_ctrl_n_then_enter_sends_into_the_new_chat(scripted_ap
         assert app.prompt_input.text == "hi"  # the edit ended, its text stays
         await pilot.press("enter")
         await wait_reply(pilot)
-        assert [(m.role, m.content) for m in app.conversation.session.messages] == [("user", "hi"), ("assistant", "second")]
+        assert [(m.role, m.content) for m in app.session.messages] == [("user", "hi"), ("assistant", "second")]
         assert app.history.recorder.conversation_id != old
         assert stored_path(store, old) == [("user", "hi"), ("assistant", "first")]
         assert stored_path(store, app.history.recorder.conversation_id) == [("user", "hi"), ("assistant", "second")]
@@ -73,7 +73,7 @@ async def test_ctrl_g_then_clear_then_a_new_message_is_sent_plainly(scripted_app
         await run_slash(pilot, "/clear")
         await send(pilot, "fresh")
         await wait_reply(pilot)
-        assert [(m.role, m.content) for m in app.conversation.session.messages] == [("user", "fresh"), ("assistant", "second")]
+        assert [(m.role, m.content) for m in app.session.messages] == [("user", "fresh"), ("assistant", "second")]
         assert stored_path(store, app.history.recorder.conversation_id) == [("user", "fresh"), ("assistant", "second")]
 
 
@@ -88,7 +88,7 @@ async def test_an_unhandled_exception_exits_non_zero_and_keeps_the_message(scrip
     with pytest.raises(RuntimeError, match="a bug in recording"):
         async with app.run_test(size=SIZE) as pilot:
             await wait_loaded(pilot)
-            monkeypatch.setattr(app, "record_user", broken)
+            monkeypatch.setattr(app.history, "record_user", broken)
             await send(pilot, "my carefully written question")
             await pilot.pause()
     err = io.StringIO()
@@ -138,12 +138,12 @@ async def test_a_system_prompt_set_mid_chat_is_sent_stored_and_resumed(scripted_
         await send(pilot, "again")
         await wait_reply(pilot)
         conv = app.history.recorder.conversation_id
-        assert french in app.conversation.session.last_prompt.text
+        assert french in app.session.last_prompt.text
     assert store.load(conv).info.system_prompt == french
     again = scripted_app(["oui"])
     async with again.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        await again.resume_conversation(conv)
+        await again.history.resume_conversation(conv)
         await send(pilot, "more")
         await wait_reply(pilot)
         assert french in again.session.last_prompt.text
@@ -158,14 +158,14 @@ async def test_a_system_prompt_cleared_before_the_first_message_is_not_stored(sc
         await run_slash(pilot, "/system")
         await send(pilot, "hello")
         await wait_reply(pilot)
-        sent = app.conversation.session.last_prompt.text
+        sent = app.session.last_prompt.text
         conv = app.history.recorder.conversation_id
     assert "pirate" not in sent
     assert store.load(conv).info.system_prompt == ""
     again = scripted_app(["again"])
     async with again.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        await again.resume_conversation(conv)
+        await again.history.resume_conversation(conv)
         await send(pilot, "more")
         await wait_reply(pilot)
         assert "pirate" not in again.session.last_prompt.text
@@ -185,7 +185,7 @@ async def test_the_meter_counts_the_conversation_after_a_resume_a_new_model_and_
     again = scripted_app(["next"])
     async with again.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        await again.resume_conversation(conv)
+        await again.history.resume_conversation(conv)
         await pilot.pause()
         resumed = again.meter.used
         assert resumed > 20  # two turns, not 0
@@ -210,7 +210,7 @@ async def test_model_switch_takes_the_new_presets_sampling_and_each_reply_names_
     import argparse
     from dataclasses import replace
 
-    from app.settings.config import chat_options
+    from app.models.preset_match import chat_options
 
     monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))  # no user config.toml
     options = replace(chat_options(argparse.Namespace(model=str(smollm_path), max_tokens=16)), theme="textual-dark")
@@ -220,11 +220,11 @@ async def test_model_switch_takes_the_new_presets_sampling_and_each_reply_names_
         await wait_loaded(pilot)
         await send(pilot, "hi")
         await wait_reply(pilot)
-        smollm_template = app.conversation.session.template.name
+        smollm_template = app.session.template.name
         await run_slash(pilot, f"/model {gemma_path}")
         await wait_for(pilot, lambda: app.chat.model_path == gemma_path
                        and app.query_one("ModelBar").state == "ready", what="Gemma to load")
-        sampling = app.conversation.session.sampling
+        sampling = app.session.sampling
         assert (sampling.temperature, sampling.top_k, sampling.max_tokens) == (1.0, 64, 16)  # the flag stays
         await send(pilot, "hi again")
         await wait_reply(pilot)
@@ -253,7 +253,7 @@ async def test_quit_mid_reply_is_stored_as_stopped_with_its_counts(scripted_app,
     again = scripted_app(["next"])
     async with again.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        await again.resume_conversation(conv)
+        await again.history.resume_conversation(conv)
         await pilot.pause()
         line = str(again.query(AssistantMessage).last().query_one(".stats").render())
         assert "cancelled" in line and f"completion {reply.completion_tokens}" in line
@@ -273,7 +273,7 @@ async def test_a_paste_with_escape_sequences_is_inert_text_in_order_and_never_se
         box.post_message(events.Paste("start \x1b]0;TITLE\x07 end"))
         await pilot.pause()
         assert box.text.endswith("start \\x1b]0;TITLE\\x07 end")
-        assert not box.editing and app.conversation.session.messages == []
+        assert not box.editing and app.session.messages == []
 
 
 # 9 ---------------------------------------------------------------------------------------------
@@ -284,10 +284,10 @@ async def test_whitespace_alone_is_not_kept_for_the_next_message(scripted_app, s
         await wait_loaded(pilot)
         await pilot.press("space", "space", "space", "enter")
         await pilot.pause()
-        assert app.prompt_input.text == "" and app.conversation.session.messages == []
+        assert app.prompt_input.text == "" and app.session.messages == []
         await send(pilot, "hello")
         await wait_reply(pilot)
-        assert app.conversation.session.messages[0].content == "hello"
+        assert app.session.messages[0].content == "hello"
         assert stored_path(store, app.history.recorder.conversation_id)[0] == ("user", "hello")
 
 
@@ -307,10 +307,10 @@ async def test_while_editing_the_meter_counts_the_replaced_prompt_once(scripted_
         await pilot.pause(0.3)
         # what the next prompt keeps (the chat before the edited prompt) plus the draft
         assert app.meter.used == empty_chat
-        assert app.meter.draft == app.conversation.session.draft_tokens("hello there")
+        assert app.meter.draft == app.session.draft_tokens("hello there")
         await pilot.press("escape")
         await pilot.pause(0.3)
-        assert app.meter.used == app.conversation.session.context_used and app.meter.draft == 0
+        assert app.meter.used == app.session.context_used and app.meter.draft == 0
 
 
 # 12 --------------------------------------------------------------------------------------------
@@ -374,7 +374,7 @@ async def test_ctrl_c_stops_a_streaming_reply(scripted_app):
         await wait_for(pilot, lambda: app.reply is not None and app.reply.content, what="streaming")
         await pilot.press("ctrl+c")
         await wait_reply(pilot, timeout_s=20)
-        reply = app.conversation.session.messages[-1]
+        reply = app.session.messages[-1]
         assert reply.finish_reason == "cancelled" and reply.stats.completion_tokens < 400
         assert app.is_running
 
@@ -390,18 +390,18 @@ async def test_a_message_over_the_context_is_refused_and_stays_in_the_box(script
         await pilot.press("enter")
         await pilot.pause()
         assert app.prompt_input.text == huge
-        assert app.conversation.session.messages == [] and not app.query(UserMessage) and not app.generating
+        assert app.session.messages == [] and not app.query(UserMessage) and not app.generating
         assert any("message too long" in n.message and "/attach" in n.message for n in app._notifications)
         # a held file that makes the message too long: refused the same way, the file still held
         big = tmp_path / "big.txt"
         big.write_text("lorem ipsum " * 1500, encoding="utf-8")
         await run_slash(pilot, f"/attach {big}")
-        assert [a.name for a in app.pending_attachments] == ["big.txt"]
+        assert [a.name for a in app.attachments.pending] == ["big.txt"]
         app.prompt_input.load_text("summarize")
         await pilot.press("enter")
         await pilot.pause()
-        assert app.prompt_input.text == "summarize" and [a.name for a in app.pending_attachments] == ["big.txt"]
-        assert app.conversation.session.messages == [] and not app.generating
+        assert app.prompt_input.text == "summarize" and [a.name for a in app.attachments.pending] == ["big.txt"]
+        assert app.session.messages == [] and not app.generating
 
 
 async def test_a_turn_the_session_refuses_changes_neither_the_history_nor_the_screen(scripted_app, store):
@@ -416,7 +416,7 @@ async def test_a_turn_the_session_refuses_changes_neither_the_history_nor_the_sc
         await pilot.press("ctrl+r")
         await wait_reply(pilot)
         await pilot.pause()
-        assert [(m.role, m.content) for m in app.conversation.session.messages] == [("user", "question"), ("assistant", "the answer")]
+        assert [(m.role, m.content) for m in app.session.messages] == [("user", "question"), ("assistant", "the answer")]
         assert [r.content for r in app.query(AssistantMessage)] == ["the answer"]  # shown as it is
         conversation = store.load(conv)
         assert [(m.role, m.content) for m in conversation.messages] == [("user", "question"), ("assistant", "the answer")]

@@ -34,20 +34,20 @@ async def test_ctrl_l_continues_a_cut_reply_into_the_same_message_as_one_long_re
         await wait_loaded(pilot)
         await send(pilot, "Tell me a long story about a cat.")
         await wait_reply(pilot)
-        reply = app.conversation.session.messages[-1]
+        reply = app.session.messages[-1]
         assert reply.finish_reason == "length" and len(reply.reply_ids) == 12
-        head = list(app.conversation.session.last_record.prompt.ids)
+        head = list(app.session.last_record.prompt.ids)
         await pilot.press("ctrl+l")
         await wait_reply(pilot)
-        messages = app.conversation.session.messages
+        messages = app.session.messages
         assert messages[-1] is reply and len(reply.reply_ids) == 24
         # one reply widget, showing the whole reply, with both parts in its stats line
         widgets = list(app.query(AssistantMessage))
         assert len(widgets) == 1 and widgets[0].content == reply.content
         assert "2 parts (12 + 12)" in str(widgets[0].query_one(".stats").render())
         # the oracle: the engine asked for 24 ids in one go from the same prompt
-        one_go = list(app.chat.backend.generate(head, replace(app.conversation.session.sampling, max_tokens=24),
-                                                app.conversation.session.stop_ids))
+        one_go = list(app.chat.backend.generate(head, replace(app.session.sampling, max_tokens=24),
+                                                app.session.stop_ids))
         assert list(reply.reply_ids) == one_go
         conv = store.load(app.history.recorder.conversation_id)
         assert [m.role for m in conv.messages] == ["user", "assistant"]
@@ -63,7 +63,7 @@ async def test_continue_on_a_finished_reply_says_why_and_changes_nothing(scripte
         await wait_reply(pilot)
         await send(pilot, "/continue")
         await pilot.pause()
-        assert not app.generating and [m.content for m in app.conversation.session.messages] == ["hi", "Done."]
+        assert not app.generating and [m.content for m in app.session.messages] == ["hi", "Done."]
         assert any("ended on its own" in str(n.message) for n in app._notifications)
 
 
@@ -75,7 +75,7 @@ async def test_reply_with_an_opening_shows_it_as_the_users_and_stores_it(scripte
         await wait_reply(pilot)
         await send(pilot, "/reply It is")
         await wait_reply(pilot)
-        reply = app.conversation.session.messages[-1]
+        reply = app.session.messages[-1]
         assert (reply.content, reply.opening) == ("It is a cat.", "It is")
         opening_ids = app.chat.tokenizer.encode("It is")
         assert reply.stats.opening_tokens == len(opening_ids)
@@ -89,7 +89,7 @@ async def test_reply_with_an_opening_shows_it_as_the_users_and_stores_it(scripte
         assert [(m.content, m.opening) for m in conv.messages] == [("What is it?", ""), ("It is a cat.", "It is")]
         assert [m.content for m in conv.branches] == ["First."]
         # a resume shows the opening marked again
-        await app.resume_conversation(app.history.recorder.conversation_id)
+        await app.history.resume_conversation(app.history.recorder.conversation_id)
         await pilot.pause()
         assert app.query(AssistantMessage).last().has_class("-opening")
 
@@ -115,7 +115,7 @@ async def test_fork_makes_a_linked_conversation_and_keeps_the_old_one(scripted_a
         source = app.history.recorder.conversation_id
         await send(pilot, "/fork 2")
         await pilot.pause()
-        assert [m.content for m in app.conversation.session.messages] == ["a", "One."]
+        assert [m.content for m in app.session.messages] == ["a", "One."]
         assert [w.text for w in app.query(UserMessage)] == ["a"]
         fork_id = app.history.recorder.conversation_id
         assert fork_id != source
@@ -128,7 +128,7 @@ async def test_fork_makes_a_linked_conversation_and_keeps_the_old_one(scripted_a
         # forking at a user message keeps what came before and puts its text back in the box
         await send(pilot, "/fork 3")
         await pilot.pause()
-        assert [m.content for m in app.conversation.session.messages] == ["a", "One."] and app.prompt_input.text == "c"
+        assert [m.content for m in app.session.messages] == ["a", "One."] and app.prompt_input.text == "c"
 
 
 async def test_think_switch_and_budget_are_applied_and_remembered_per_model(scripted_app, smollm_path,
@@ -138,12 +138,12 @@ async def test_think_switch_and_budget_are_applied_and_remembered_per_model(scri
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         await send(pilot, "/think budget 3")
-        assert app.conversation.session.reasoning_budget == 3
+        assert app.session.reasoning_budget == 3
         await send(pilot, "Why?")
         await wait_reply(pilot)
-        reply = app.conversation.session.messages[-1]
+        reply = app.session.messages[-1]
         # after 3 reasoning ids tokchat closed the block; the model's next generation is the answer
-        close = app.conversation.session.think_close_ids()
+        close = app.session.think_close_ids()
         ids = list(reply.reply_ids)
         at = next(i for i in range(len(ids)) if ids[i:i + len(close)] == close)
         answer = app.chat.tokenizer.encode("Answer.")
@@ -153,8 +153,8 @@ async def test_think_switch_and_budget_are_applied_and_remembered_per_model(scri
         assert reply.stats.reasoning_cut and "reasoning budget reached" in str(
             app.query(AssistantMessage).last().query_one(".stats").render())
         await send(pilot, "/think off")
-        assert app.conversation.session.enable_thinking is False
-        assert app.conversation.session.last_prompt is not None
+        assert app.session.enable_thinking is False
+        assert app.session.last_prompt is not None
         name = app.chat.info.model_name
     stored = tomllib.loads((config_dir / "config.toml").read_text())
     assert stored["models"][name] == {"reasoning_budget": 3, "thinking": "off"}
@@ -178,7 +178,7 @@ async def test_think_budget_refuses_a_bad_number(scripted_app, config_dir):
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         await send(pilot, "/think budget lots")
-        assert app.conversation.session.reasoning_budget is None and not (config_dir / "config.toml").exists()
+        assert app.session.reasoning_budget is None and not (config_dir / "config.toml").exists()
         assert any("whole number" in str(n.message) for n in app._notifications)
 
 
@@ -195,6 +195,6 @@ async def test_f_in_the_history_list_forks_a_stored_conversation_and_opens_it(sc
         await wait_for(pilot, lambda: app.history.recorder.conversation_id != source, what="the fork to open")
         fork = store.load(app.history.recorder.conversation_id)
         assert fork.info.forked_from == source and [m.content for m in fork.messages] == ["a", "One."]
-        assert [m.content for m in app.conversation.session.messages] == ["a", "One."]
+        assert [m.content for m in app.session.messages] == ["a", "One."]
         await wait_for(pilot, lambda: any("fork of #" in str(label.render())
                                           for label in app.query(".meta")), what="the fork's row")

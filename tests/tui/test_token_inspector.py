@@ -49,15 +49,15 @@ async def test_f2_opens_the_last_turn_with_numbers_equal_to_the_session(smollm_p
     app = small_context_app(smollm_path, store)
     async with app.run_test(size=SIZE_80) as pilot:
         await chat_until_a_turn_drops(pilot)
-        stats = app.conversation.session.messages[-1].stats
+        stats = app.session.messages[-1].stats
         await pilot.press("f2")
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, TokenInspector)
         parts = screen.breakdown
-        record = app.conversation.session.last_record
+        record = app.session.last_record
         assert screen.ids == list(record.ids) + list(record.reply_ids)  # the ids sent, then the reply
-        assert record.ids == app.conversation.session.last_prompt.ids
+        assert record.ids == app.session.last_prompt.ids
         assert parts.prompt_tokens == stats.prompt_tokens == sum(p.tokens for p in parts.parts if not p.dropped)
         assert parts.reply_tokens == stats.completion_tokens and parts.used == stats.context_used
         assert sum(p.dropped for p in parts.parts) == stats.dropped_turns
@@ -68,7 +68,7 @@ async def test_f2_opens_the_last_turn_with_numbers_equal_to_the_session(smollm_p
         view = screen.query_one(TokenView)
         assert view.row_count > 0 and view.size.width <= 80
         text = view_text(view)
-        assert text.count("<|im_start|>") == record.ids.count(app.conversation.session.tokenizer.special_tokens["<|im_start|>"])
+        assert text.count("<|im_start|>") == record.ids.count(app.session.tokenizer.special_tokens["<|im_start|>"])
         # the cursor line describes the token under it
         await pilot.press("right", "right")
         detail = str(screen.query_one("#token-detail").render())
@@ -100,7 +100,7 @@ async def test_choosing_a_part_selects_its_ids(smollm_path, store):
         view = screen.query_one(TokenView)
         assert view.selected_part == current
         cursor_ids = [screen.ids[i] for i, owner in enumerate(view.data.parts) if owner == current]
-        assert app.conversation.session.tokenizer.decode(cursor_ids).strip() == QUESTIONS[-1]
+        assert app.session.tokenizer.decode(cursor_ids).strip() == QUESTIONS[-1]
         assert screen.breakdown.owner[view.cursor] == current
 
 
@@ -120,10 +120,10 @@ async def test_double_click_on_a_message_opens_the_prompt_it_was_sent_in(smollm_
         screen = app.screen
         assert isinstance(screen, TokenInspector)
         # the first message's own turn: its reply's record, the message selected
-        assert screen.record is app.conversation.session.messages[1].record
+        assert screen.record is app.session.messages[1].record
         view = screen.query_one(TokenView)
         chosen = [screen.ids[i] for i, owner in enumerate(view.data.parts) if owner == view.selected_part]
-        assert app.conversation.session.tokenizer.decode(chosen).strip() == "First question"
+        assert app.session.tokenizer.decode(chosen).strip() == "First question"
 
 
 async def test_nothing_to_inspect_before_the_first_turn(scripted_app):
@@ -151,10 +151,10 @@ async def test_escape_sequences_and_control_literals_are_drawn_inert(smollm_path
         text = view_text(view)
         assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
         assert "\\x1b[31mRED\\x1b[0m" in text and "\\x07" in text and "‹e2 80›‹ae›" in text
-        tok = app.conversation.session.tokenizer
+        tok = app.session.tokenizer
         parts = app.screen.breakdown
-        user = next(i for i, m in enumerate(app.conversation.session.last_record.messages) if m.role == "user")
-        typed = [t for t, owner in zip(app.conversation.session.last_record.ids, parts.message_owner) if owner == user]
+        user = next(i for i, m in enumerate(app.session.last_record.messages) if m.role == "user")
+        typed = [t for t, owner in zip(app.session.last_record.ids, parts.message_owner) if owner == user]
         assert tok.decode(typed) == hostile and not any(tok.is_special(t) for t in typed)
 
 
@@ -167,7 +167,7 @@ async def test_a_full_8k_prompt_opens_and_scrolls_at_80_columns(smollm_path, sto
         app.prompt_input.focus()
         await pilot.press("enter")
         await wait_reply(pilot)
-        assert app.conversation.session.messages[-1].stats.prompt_tokens > 7000
+        assert app.session.messages[-1].stats.prompt_tokens > 7000
         await pilot.press("f2")
         await pilot.pause()
         view = app.screen.query_one(TokenView)
@@ -198,15 +198,15 @@ async def test_real_model_inspector_numbers_equal_the_session(real_app):
                          "And a bird?"]:
             await send(pilot, question)
             await wait_reply(pilot)
-        stats = app.conversation.session.messages[-1].stats
+        stats = app.session.messages[-1].stats
         assert stats.dropped_turns > 0
         await pilot.press("f2")
         await wait_for(pilot, lambda: isinstance(app.screen, TokenInspector), what="the inspector")
         parts = app.screen.breakdown
-        assert app.screen.ids[:parts.prompt_tokens] == app.conversation.session.last_prompt.ids
+        assert app.screen.ids[:parts.prompt_tokens] == app.session.last_prompt.ids
         assert (parts.prompt_tokens, parts.reply_tokens, parts.used) == (
             stats.prompt_tokens, stats.completion_tokens, stats.context_used)
-        assert parts.used == app.conversation.session.context_used
+        assert parts.used == app.session.context_used
         assert sum(p.dropped for p in parts.parts) == stats.dropped_turns
 
 
@@ -221,14 +221,14 @@ async def test_a_resumed_chat_shows_its_turns_rebuilt_from_the_stored_text(smoll
         await wait_reply(pilot)
         await send(pilot, "Second question")
         await wait_reply(pilot)
-        sent = list(app.conversation.session.last_record.ids)
+        sent = list(app.session.last_record.ids)
         conv_id = app.history.recorder.conversation_id
     fresh = ChatStore(store.path)
     again = ChatApp(ChatOptions(model=str(smollm_path), theme="textual-dark"),
                     loader=scripted_loader(smollm_path, ["Ok."]), stats_filter=stable_timings, store=fresh)
     async with again.run_test(size=SIZE_80) as pilot:
         await wait_loaded(pilot)
-        await again.resume_conversation(conv_id)
+        await again.history.resume_conversation(conv_id)
         await pilot.pause()
         await pilot.press("f2")
         await pilot.pause()
@@ -253,7 +253,7 @@ async def test_brackets_move_between_turns(scripted_app):
             await wait_reply(pilot)
         await pilot.press("f2")
         await pilot.pause()
-        replies = [m for m in app.conversation.session.messages if m.role == "assistant"]
+        replies = [m for m in app.session.messages if m.role == "assistant"]
         assert app.screen.turn == 3 and app.screen.record is replies[2].record
         await pilot.press("[", "[")
         await pilot.pause()

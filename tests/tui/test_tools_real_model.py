@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
-from app.settings.config import load_settings
+from app.models.preset_match import load_settings
 from app.settings.options import ChatOptions
 from app.tools.mcp_client import ServerConfig
 from app.settings.tools import ToolSettings
@@ -44,8 +44,8 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
         assert app.chat is not None, app.query_one("ModelBar").text
-        await wait_for(pilot, lambda: app.tool_infos, 60, "mcp-server-time's tools")
-        assert [t.name for t in app.tool_infos] == ["get_current_time"]
+        await wait_for(pilot, lambda: app.tools.infos, 60, "mcp-server-time's tools")
+        assert [t.name for t in app.tools.infos] == ["get_current_time"]
 
         await send(pilot, "What time is it in Tokyo right now?")
         await wait_for(pilot, lambda: isinstance(app.screen, ToolApprovalScreen), 300, "the approval dialog")
@@ -54,7 +54,7 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
         await pilot.press("y")
         await wait_reply(pilot, 600)
 
-        messages = app.conversation.session.messages
+        messages = app.session.messages
         assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
         call = messages[1].tool_calls[0]
         assert call["function"] == {"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}
@@ -64,8 +64,8 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
         assert first.status == "ok" and "Asia/Tokyo" in str(first.result_text.render())
 
         # the result reached the model: the next step's prompt holds its text, encoded by our tokenizer
-        assert result.content in app.conversation.session.last_prompt.text
-        assert instructions in app.conversation.session.last_prompt.text  # joined to the (empty) system prompt
+        assert result.content in app.session.last_prompt.text
+        assert instructions in app.session.last_prompt.text  # joined to the (empty) system prompt
         # and the answer uses it: the time it states is the tool's, not one of its own
         answer = messages[-1]
         assert not answer.tool_calls
@@ -83,6 +83,6 @@ async def test_qwen_asks_mcp_server_time_and_answers_from_the_result(qwen15_path
         assert stats.tool_result_tokens == sum(len(tok.encode(m.content)) for m in results)
         call_steps = [m for m in steps if m.tool_calls]
         assert stats.tool_call_tokens >= sum(len(m.record.reply_ids) - 1 for m in call_steps) > 0
-        assert app.meter.used == app.conversation.session.context_used == stats.context_used
+        assert app.meter.used == app.session.context_used == stats.context_used
         stored = store.load(app.history.recorder.conversation_id).messages
         assert [m.role for m in stored] == [m.role for m in messages]

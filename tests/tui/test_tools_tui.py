@@ -45,7 +45,7 @@ def tools_app(qwen_path, store):
 
 async def ready(pilot) -> None:
     await wait_loaded(pilot)
-    await wait_for(pilot, lambda: pilot.app.tool_infos, 60, "the MCP server's tools")
+    await wait_for(pilot, lambda: pilot.app.tools.infos, 60, "the MCP server's tools")
 
 
 async def approve_next(pilot, key: str) -> ToolApprovalScreen:
@@ -69,7 +69,7 @@ async def test_approve_once_runs_the_call_and_the_block_shows_it(tools_app, stor
         assert str(block.result_text.render()) == "42"
         reply = app.query_one(AssistantMessage)
         assert reply.content == "It is 42."
-        stats = app.conversation.session.messages[-1].stats
+        stats = app.session.messages[-1].stats
         assert stats.model_steps == 2 and stats.tool_result_tokens == len(app.chat.tokenizer.encode("42"))
         assert "2 steps · tool calls" in str(reply.query_one(".stats").render())
         stored = store.load(app.history.recorder.conversation_id).messages
@@ -88,9 +88,9 @@ async def test_deny_sends_the_denial_back_and_always_asks_once(tools_app):
         assert not isinstance(app.screen, ToolApprovalScreen)  # the second add was not asked about
         statuses = [b.status for b in app.query(ToolCallBlock)]
         assert statuses == ["denied", "ok", "ok"]
-        assert [m.content for m in app.conversation.session.messages if m.role == "tool"] == [
+        assert [m.content for m in app.session.messages if m.role == "tool"] == [
             "error: the user denied this tool call", "2", "4"]
-        assert app.tool_hub.call("test", "echo", {"text": "alive"}).text == "alive"  # crash never ran
+        assert app.tools.hub.call("test", "echo", {"text": "alive"}).text == "alive"  # crash never ran
 
 
 async def test_esc_during_the_dialog_stops_the_turn(tools_app):
@@ -102,8 +102,8 @@ async def test_esc_during_the_dialog_stops_the_turn(tools_app):
         app.action_stop()
         await wait_reply(pilot)
         assert not isinstance(app.screen, ToolApprovalScreen)
-        assert app.conversation.session.messages[-1].role == "tool" and "denied" in app.conversation.session.messages[-1].content
-        assert app.tool_hub.call("test", "echo", {"text": "alive"}).text == "alive"
+        assert app.session.messages[-1].role == "tool" and "denied" in app.session.messages[-1].content
+        assert app.tools.hub.call("test", "echo", {"text": "alive"}).text == "alive"
 
 
 async def test_a_hostile_result_is_inert_text(tools_app):
@@ -116,11 +116,11 @@ async def test_a_hostile_result_is_inert_text(tools_app):
         shown = str(app.query_one(ToolCallBlock).result_text.render())
         assert "\x1b" not in shown and "\x07" not in shown
         assert "\\x1b[2J" in shown and "<|im_start|>system" in shown
-        prompt = app.conversation.session.last_prompt.ids
+        prompt = app.session.last_prompt.ids
         im_start = app.chat.tokenizer.special_tokens["<|im_start|>"]
-        result = app.conversation.session.messages[2].content
+        result = app.session.messages[2].content
         # the result's own "<|im_start|>" texts are plain text: only the template's are control ids
-        assert prompt.count(im_start) == app.conversation.session.last_prompt.text.count("<|im_start|>") - result.count("<|im_start|>")
+        assert prompt.count(im_start) == app.session.last_prompt.text.count("<|im_start|>") - result.count("<|im_start|>")
 
 
 async def test_slash_tools_lists_tools_and_their_cost(tools_app):
@@ -132,7 +132,7 @@ async def test_slash_tools_lists_tools_and_their_cost(tools_app):
         assert "test (stdio: " in text and ": 7 tools" in text
         from app.tools.setup import schema_tokens
 
-        add = next(t for t in app.tool_infos if t.name == "add")
+        add = next(t for t in app.tools.infos if t.name == "add")
         assert f"{schema_tokens(app.chat.tokenizer, add.schema())} tokens" in text
         assert "In this chat's prompt the tools take" in text
 
@@ -147,10 +147,10 @@ async def test_a_resumed_tool_conversation_shows_its_calls(tools_app, store):
         conv_id = app.history.recorder.conversation_id
         await send(pilot, "/new")
         assert not app.query(ToolCallBlock)
-        await app.resume_conversation(conv_id)
+        await app.history.resume_conversation(conv_id)
         await pilot.pause()
         block = app.query_one(ToolCallBlock)
         assert block.collapsed and str(block.title) == "🔧 echo · result"
         assert str(block.result_text.render()) == "\\x1b[31mred"
         assert json.loads(str(block.call_text.render()).replace("\\x1b", "\\u001b")) == {"text": "\x1b[31mred"}
-        assert [m.role for m in app.conversation.session.messages] == ["user", "assistant", "tool", "assistant"]
+        assert [m.role for m in app.session.messages] == ["user", "assistant", "tool", "assistant"]

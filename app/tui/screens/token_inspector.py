@@ -12,12 +12,14 @@ pieces and ids; ``[`` and ``]`` open the turn before and after.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
@@ -43,6 +45,12 @@ class TokenInspector(Screen):
         Binding("]", "turn(1)", "Next turn", tooltip="the prompt of the turn after"),
         Binding("tab", "focus_next", "Parts/tokens", show=False),
     ]
+
+    @dataclass
+    class TurnRequested(Message):
+        """``[`` / ``]``: show turn ``turn`` (1-based) instead; the chat knows its turns, not this screen."""
+
+        turn: int
 
     def __init__(self, tokenizer: Any, record: PromptRecord, parts: Breakdown, *, title: str = "",
                  focus_message: int | None = None, turn: int = 0) -> None:
@@ -103,7 +111,7 @@ class TokenInspector(Screen):
 
     def action_turn(self, step: int) -> None:
         if self.turn:
-            self.app.inspect_turn(self.turn + step)
+            self.post_message(self.TurnRequested(self.turn + step))
 
     def action_toggle_ids(self) -> None:
         self._showing_ids = not self._showing_ids

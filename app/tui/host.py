@@ -1,0 +1,90 @@
+"""What a TUI feature may use of the chat window: :class:`ChatHost`.
+
+The chat's features (attachments, paste chips, branches, the token inspector,
+model downloads, tools, history, steering, slash commands) are objects the
+window holds (``app.attachments``, ``app.history`` ...), each owning its own
+state.  They are handed the window as a ``ChatHost``: the part of it that
+belongs to the whole chat (the loaded model and session, the chat view, the
+prompt box, the meter and the turn machinery) plus Textual's own App API
+(notify, screens, workers, messages).  Typing them against this protocol,
+never against :class:`app.tui.app.ChatApp`, is what keeps the features from
+importing the window (no import circle) and from reaching into its private
+state; what one feature tells another goes through the window's handlers
+(Textual messages) or through the feature objects the window wires together.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+
+if TYPE_CHECKING:
+    from app.settings.options import ChatOptions
+    from app.tui.loader import LoadedChat
+    from app.tui.widgets.chat_view import ChatView
+    from app.tui.widgets.prompt_input import PromptInput
+
+
+class ChatHost(Protocol):
+    """The chat window as its features see it (implemented by :class:`app.tui.app.ChatApp`)."""
+
+    options: ChatOptions
+    chat: LoadedChat | None
+    generating: bool
+    sub_title: str
+
+    @property
+    def session(self) -> Any: ...
+
+    @property
+    def chat_view(self) -> ChatView: ...
+
+    @property
+    def prompt_input(self) -> PromptInput: ...
+
+    @property
+    def screen(self) -> Any: ...
+
+    # -- the chat's own machinery ----------------------------------------------------------------
+    def need_session(self, name: str) -> Any: ...
+
+    def ready_to_generate(self) -> bool: ...
+
+    def end_edit(self, why: str) -> None: ...
+
+    def update_meter(self) -> None: ...
+
+    def update_draft(self) -> None: ...
+
+    def show_model(self) -> None: ...
+
+    async def start_reply(self, make_events: Callable[[], Iterator[Any]], user_text: str | None, *,
+                          into: Any = None, opening: str = "") -> None: ...
+
+    # -- Textual's App API (the subset the features use) -----------------------------------------
+    def notify(self, message: str, *, title: str = "", severity: str = "information",
+               timeout: float | None = None, markup: bool = True) -> None: ...
+
+    def push_screen(self, screen: Any, callback: Any = None, wait_for_dismiss: bool = False) -> Any: ...
+
+    def pop_screen(self) -> Any: ...
+
+    def query(self, selector: Any = None) -> Any: ...
+
+    def query_one(self, selector: Any, expect_type: Any = None) -> Any: ...
+
+    def post_message(self, message: Any) -> bool: ...
+
+    def call_later(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> bool: ...
+
+    def call_from_thread(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+    def set_interval(self, interval: float, callback: Any = None, **kwargs: Any) -> Any: ...
+
+    def run_worker(self, work: Any, name: str | None = "", group: str = "default", description: str = "",
+                   exit_on_error: bool = True, start: bool = True, exclusive: bool = False,
+                   thread: bool = False) -> Any: ...
+
+    def refresh_bindings(self) -> None: ...
+
+    def copy_to_clipboard(self, text: str) -> None: ...
+
+    def log(self, *objects: Any, **kwargs: Any) -> None: ...
