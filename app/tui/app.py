@@ -43,7 +43,7 @@ from textual.screen import Screen
 from app.settings.options import ChatOptions
 from app.tui.attach import Attachments
 from app.tui.branches import Branches
-from app.tui.commands import SlashCommands, copy_last_reply
+from app.tui.commands import SlashCommands
 from app.tui.format import error_text, model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import ChatHistory
@@ -52,7 +52,7 @@ from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.paste_chips import PasteChips
 from app.tui.prompt_progress import PromptProgressWatch
 from app.tui.pull import ModelPull
-from app.tui.slash import SlashCommand, SlashError
+from app.tui.slash import SlashError
 from app.tui.steer import Steering
 from app.tui.tools import ChatTools
 from app.tui.widgets.attachment_chips import AttachmentChips
@@ -163,9 +163,7 @@ class ChatApp(App):
             "attach": self.attachments.command, "branch": self.branches.command,
             "tokens": self.inspector.command, "model": self.pull.command, "tools": self.tools.command,
             "continue": self.steer.cmd_continue, "reply": self.steer.cmd_reply, "fork": self.steer.cmd_fork,
-            "think": self.steer.cmd_think, "regen": self._slash_action(self.action_regenerate),
-            "edit": self._slash_action(self.action_edit_last),
-            "history": self._slash_action(self.action_toggle_history),
+            "think": self.steer.cmd_think, "history": self.history.command,
         })
 
     # ----------------------------------------------------------------- layout
@@ -588,40 +586,18 @@ class ChatApp(App):
             self.tools.cancel_turn()
             self.workers.cancel_group(self, "generate")
 
-    # the key actions that belong to the whole chat (the features' keys call their objects)
+    # the keys: each runs what its command runs (app.tui.commands), or its feature
     async def action_regenerate(self) -> None:
-        if not self.ready_to_generate():
-            return
-        if not any(m.role == "assistant" for m in self.session.messages):
-            self.notify("Nothing to regenerate yet", severity="warning")
-            return
-        from app.tui.widgets.assistant_message import AssistantMessage
-
-        self.history.record_user(None, replacing="reply")
-        await self.chat_view.remove_from_last(AssistantMessage)
-        await self.start_reply(self.session.regenerate, None)
+        await self.commands.regenerate()
 
     def action_edit_last(self) -> None:
-        if not self.ready_to_generate():
-            return
-        users = [m for m in self.session.messages if m.role == "user"]
-        if not users:
-            self.notify("No prompt to edit yet", severity="warning")
-            return
-        self.prompt_input.begin_edit(users[-1].content)
-        self.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
+        self.commands.edit_last()
 
     def action_toggle_thinking(self) -> None:
-        from app.tui.widgets.assistant_message import AssistantMessage
-
-        for reply in reversed(list(self.chat_view.query(AssistantMessage))):
-            if reply.reasoning:
-                reply.thinking.collapsed = not reply.thinking.collapsed
-                return
-        self.notify("No thinking to show in this conversation")
+        self.commands.toggle_thinking()
 
     def action_copy_reply(self) -> None:
-        copy_last_reply(self)
+        self.commands.copy_reply()
 
     async def action_new_chat(self) -> None:
         await self.commands.run_named("new")
@@ -640,16 +616,6 @@ class ChatApp(App):
 
     def action_show_tokens(self) -> None:
         self.inspector.show()
-
-    @staticmethod
-    def _slash_action(action: Callable[[], Any]) -> Callable[[str], Any]:
-        """A key action as a slash command's handler (the argument is not used)."""
-        async def run(arg: str) -> None:
-            result = action()
-            if asyncio.iscoroutine(result):
-                await result
-
-        return run
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -50,6 +50,7 @@ class SlashCommands:
             "new": self.cmd_new, "clear": self.cmd_clear, "system": self.cmd_system,
             "template": self.cmd_template, "copy": self.cmd_copy, "export": self.cmd_export,
             "stats": self.cmd_stats, "server": self.cmd_server, "help": self.cmd_help,
+            "regen": self.cmd_regen, "edit": self.cmd_edit,
             **{name: self._sampling_handler(name) for name in SAMPLING if name in COMMANDS},
             **features,
         }
@@ -140,11 +141,17 @@ class SlashCommands:
         session.sampling = apply_sampling(session.sampling, name, arg)
         self.host.notify(f"{SAMPLING[name]} = {getattr(session.sampling, SAMPLING[name])}")
 
+    async def cmd_regen(self, arg: str) -> None:
+        await self.regenerate()
+
+    async def cmd_edit(self, arg: str) -> None:
+        self.edit_last()
+
     async def cmd_copy(self, arg: str) -> None:
         host = self.host
         words = arg.split()
         if not words:
-            copy_last_reply(host)
+            self.copy_reply()
             return
         if words[0] != "code" or len(words) > 2:
             raise SlashError("/copy takes nothing, `code` or `code N`")
@@ -210,6 +217,53 @@ class SlashCommands:
     async def cmd_help(self, arg: str) -> None:
         await self.host.chat_view.add_notice(help_text(HELP_KEYS))
 
+    # -------------------------------------------------------------- what keys do too
+    async def regenerate(self) -> None:
+        """Ctrl+R and ``/regen``: a new reply to the last prompt (the old one stays as a sibling)."""
+        host = self.host
+        if not host.ready_to_generate():
+            return
+        if not any(m.role == "assistant" for m in host.session.messages):
+            host.notify("Nothing to regenerate yet", severity="warning")
+            return
+        from app.tui.widgets.assistant_message import AssistantMessage
+
+        self.history.record_user(None, replacing="reply")
+        await host.chat_view.remove_from_last(AssistantMessage)
+        await host.start_reply(host.session.regenerate, None)
+
+    def edit_last(self) -> None:
+        """Ctrl+G and ``/edit``: the last prompt back in the box; Enter resends it in its place."""
+        host = self.host
+        if not host.ready_to_generate():
+            return
+        users = [m for m in host.session.messages if m.role == "user"]
+        if not users:
+            host.notify("No prompt to edit yet", severity="warning")
+            return
+        host.prompt_input.begin_edit(users[-1].content)
+        host.notify("Editing the last prompt: Enter resends it in its place, Esc cancels")
+
+    def toggle_thinking(self) -> None:
+        """Ctrl+T: show or hide the newest thinking block."""
+        from app.tui.widgets.assistant_message import AssistantMessage
+
+        for reply in reversed(list(self.host.chat_view.query(AssistantMessage))):
+            if reply.reasoning:
+                reply.thinking.collapsed = not reply.thinking.collapsed
+                return
+        self.host.notify("No thinking to show in this conversation")
+
+    def copy_reply(self) -> None:
+        """Ctrl+O and ``/copy``: the last reply's text to the clipboard."""
+        host = self.host
+        reply = host.chat_view.last_assistant()
+        if reply is None or not reply.content:
+            host.notify("No reply to copy yet", severity="warning")
+            return
+        host.copy_to_clipboard(reply.content)
+        host.notify(f"Copied the last reply ({len(reply.content)} characters)")
+
     # -------------------------------------------------------------- palette
     def palette(self) -> Iterable[SystemCommand]:
         """One palette entry per command."""
@@ -228,12 +282,3 @@ class SlashCommands:
 
         return run
 
-
-def copy_last_reply(host: ChatHost) -> None:
-    """Ctrl+O and ``/copy``: the last reply's text to the clipboard."""
-    reply = host.chat_view.last_assistant()
-    if reply is None or not reply.content:
-        host.notify("No reply to copy yet", severity="warning")
-        return
-    host.copy_to_clipboard(reply.content)
-    host.notify(f"Copied the last reply ({len(reply.content)} characters)")

@@ -198,6 +198,10 @@ class ChatHistory:
     def sidebar(self) -> HistorySidebar:
         return self.host.query_one(HistorySidebar)
 
+    async def command(self, arg: str) -> None:
+        """``/history``: what Ctrl+B does."""
+        self.toggle_sidebar()
+
     def toggle_sidebar(self) -> None:
         """Ctrl+B: open the list of stored chats (focused), or close it."""
         sidebar = self.sidebar

@@ -4,7 +4,7 @@ A chip comes from ``/attach`` or ``@path`` files and from a large paste
 (:mod:`app.tui.paste_chips`).  Each has three buttons: open (read it in a
 dialog), edit (put its text back in the prompt box as typed text) and ×
 (drop it).  The widget only shows what it is given and posts messages;
-the app owns the list (:attr:`AttachMixin.pending_attachments`).
+the list is :class:`app.tui.attach.Attachments` (``app.attachments.pending``).
 """
 from __future__ import annotations
 
