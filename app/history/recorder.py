@@ -226,9 +226,13 @@ class HistoryRecorder:
         if not self.enabled or getattr(event, "kind", None) not in ("reasoning", "content"):
             return
         self.on_reply_start()
+        first_text = not any(part.strip() for part in self._partial.values())
         self._partial[event.kind] += event.text
         now = self._clock()
-        if self._reply_id is not None and now - self._last_progress >= self._interval:
+        # the first visible text is saved at once: an engine that stalls (a busy machine) sends no event to
+        # save on, and a kill then must not lose every word already on the screen
+        first_text = first_text and bool(event.text.strip())
+        if self._reply_id is not None and (first_text or now - self._last_progress >= self._interval):
             self._last_progress = now
             reply_id = self._reply_id
             self._guard(lambda s: s.update_reply(reply_id, self._partial["content"], self._partial["reasoning"]))

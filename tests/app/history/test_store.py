@@ -271,6 +271,26 @@ def test_a_reply_cancelled_or_cut_off_is_committed(tmp_path):
     ]
 
 
+def test_the_first_visible_text_is_saved_at_once_then_about_once_a_second(tmp_path):
+    """An engine that stalls sends no event to save on: the words already shown must be on disk."""
+    path = tmp_path / "h.sqlite3"
+    now = [100.0]
+    recorder = HistoryRecorder(store_path=path, model_path="m.gguf", template="chatml", clock=lambda: now[0])
+    recorder.on_user(ChatMessage("user", "tell a story"))
+    saved = lambda: ChatStore(path).load(recorder.conversation_id).messages[1].content  # noqa: E731
+    recorder.on_event(ReplyEvent("content", "\n"))
+    assert saved() == ""  # nothing visible yet
+    recorder.on_event(ReplyEvent("content", "Once"))
+    assert saved() == "\nOnce"  # the first words, at once
+    now[0] += 0.5
+    recorder.on_event(ReplyEvent("content", " upon"))
+    assert saved() == "\nOnce"  # then no more than about once a second
+    now[0] += 0.6
+    recorder.on_event(ReplyEvent("content", " a time"))
+    assert saved() == "\nOnce upon a time"
+    recorder.close()
+
+
 def test_no_history_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKCHAT_DATA_DIR", str(tmp_path / "data"))
     recorder = HistoryRecorder(enabled=False)
