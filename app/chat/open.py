@@ -97,15 +97,18 @@ def _silent(_text: str) -> None:
     """No progress to show (headless, benches, tests)."""
 
 
-def _size(path: Path) -> str:
-    """``path``'s size for the progress line, as :func:`app.tui.format.human_size` writes it
-    (``98.4 MiB``); written here because a chat opens below the TUI and imports nothing of it."""
-    size = float(path.stat().st_size)
+def human_size(n_bytes: int) -> str:
+    """``104857600`` -> ``"100.0 MiB"``: file sizes for the load progress (the TUI's format shows them too)."""
+    size = float(n_bytes)
     for unit in ("B", "KiB", "MiB"):
         if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} GiB"
+
+
+def _size(path: Path) -> str:
+    return human_size(path.stat().st_size)
 
 
 def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tuple[Any, Any, str | None, Any, Path]:
