@@ -14,7 +14,7 @@ from functools import lru_cache
 import pytest
 
 from app.conversation.session import ChatSession, TurnStats, merge_stats
-from backends import LoadOptions, SamplingParams, open_backend
+from backends import SamplingParams
 from backends.scripted import ScriptedBackend
 from templates import resolve_template
 
@@ -32,13 +32,6 @@ def _tokenizer(path):
 @pytest.fixture
 def tok(smollm_path):
     return _tokenizer(smollm_path)
-
-
-@pytest.fixture(scope="module")
-def engine(smollm_path):
-    backend = open_backend(smollm_path, LoadOptions(backend="cpu", n_ctx=1024))
-    yield backend
-    backend.close()
 
 
 def real_session(tok, backend, max_tokens):

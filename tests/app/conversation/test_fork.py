@@ -13,7 +13,7 @@ from functools import lru_cache
 import pytest
 
 from app.conversation.session import ChatSession
-from backends import LoadOptions, SamplingParams, open_backend
+from backends import SamplingParams
 from templates import resolve_template
 
 
@@ -22,13 +22,6 @@ def _tokenizer(path):
     from tokenizer import load_tokenizer
 
     return load_tokenizer(path)
-
-
-@pytest.fixture(scope="module")
-def engine(smollm_path):
-    backend = open_backend(smollm_path, LoadOptions(backend="cpu", n_ctx=1024))
-    yield backend
-    backend.close()
 
 
 def common_prefix(a, b) -> int:
