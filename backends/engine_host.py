@@ -13,7 +13,7 @@ and 2 both go to the engine log).
 
 Requests (parent -> child)::
 
-    {"op": "load", "engine": "llama.cpp", "device": "CPU", "path": ..., "options": {...}}
+    {"op": "load", "engine": "llama.cpp", "device": "CPU", "path": ..., "options": {...}, "meta": {...}}
     {"op": "generate", "job": 3, "prompt": [ids], "sampling": {...}, "stop": [ids]}
     {"op": "cancel", "job": 3}          # acted on at once, by the reader thread
     {"op": "close"}
@@ -28,7 +28,12 @@ Answers (child -> parent), every one of a generation tagged with its job::
 (``draft`` only when the backend speculates: its ``last_draft_counts``, current
 with each id, since the reader stops reading at a stop id.)
 
-Sampling stays here, beside the logits; only ids cross the pipe.
+Sampling stays here, beside the logits; only ids cross the pipe.  ``meta``
+is the header's scalar facts as the chat read them (optional).
+
+``--warm llama.cpp`` (a process started before its model is known, see
+:func:`backends.hosted.prestart_engine`) imports that engine's library while
+the first request is still on its way.
 """
 from __future__ import annotations
 
@@ -57,6 +62,22 @@ class _Wire:
         with self._lock:
             self._out.write(line)
             self._out.flush()
+
+
+#: what ``--warm ENGINE`` imports ahead of the load request: the modules the load would import first
+_WARM_MODULES = {"llama.cpp": ("backends.llama_cpp", "backends.llama_engine", "llama_cpp")}
+
+
+def _warm(engine: str) -> None:
+    """Import ``engine``'s library now, on a thread: a load request that comes meanwhile waits at the
+    import lock for this very import instead of starting its own."""
+    import importlib
+
+    for name in _WARM_MODULES.get(engine, ()):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return  # the load request will say what is missing, in its own words
 
 
 def _make_backend(engine: str, device: str):
@@ -104,6 +125,10 @@ class EngineHost:
             for key in paths:
                 if request["options"].get(key):
                     setattr(options, key, Path(request["options"][key]))
+            if request.get("meta"):  # the header the chat already read: not parsed a second time here
+                from backends.model_meta import meta_from_facts
+
+                options.model_meta = meta_from_facts(request["path"], request["meta"])
             backend = _make_backend(request["engine"], request["device"])
             backend.load(Path(request["path"]), options)
         except BackendError as exc:
@@ -156,6 +181,9 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     faulthandler.enable()  # a native crash leaves the Python stack in the engine log
+    if "--warm" in sys.argv[1:-1]:
+        engine = sys.argv[sys.argv.index("--warm") + 1]
+        threading.Thread(target=_warm, args=(engine,), name="tokchat-engine-warm", daemon=True).start()
     host = EngineHost(wire)
     reader = threading.Thread(target=host.read_requests, args=(sys.stdin.buffer,), daemon=True)
     reader.start()

@@ -52,6 +52,11 @@ _SIGNAL_WORDS = {
 }
 
 
+def in_process() -> bool:
+    """``TOKCHAT_ENGINE_IN_PROCESS=1``: engines run inside tokchat (debugging; a crash then ends the chat)."""
+    return os.environ.get("TOKCHAT_ENGINE_IN_PROCESS", "") == "1"
+
+
 class EngineCrashed(BackendError):
     """The engine's process died; ``returncode`` as Popen gives it (negative: the signal)."""
 
@@ -77,7 +82,7 @@ def describe_exit(returncode: int | None) -> str:
 class _Child:
     """One engine process and the thread that reads its answers into a queue."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, warm: str | None = None) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         with open(log_path, "ab") as log:
@@ -85,7 +90,8 @@ class _Child:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(
                 [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "backends.engine_host"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                [sys.executable, "-m", "backends.engine_host", *(["--warm", warm] if warm else [])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 # its own process group (Ctrl-C at the terminal reaches the chat, not the engine; killpg ends
                 # what it forked) but the chat's session: a new session is a new scheduling autogroup, and
                 # the engine then competed with the chat's own session as a stranger (measured: 48 -> 3.6
@@ -147,6 +153,53 @@ class _Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+#: an engine process started before its model was known (:func:`prestart_engine`), waiting to be adopted
+_spare: _Child | None = None
+_spare_lock = threading.Lock()
+
+
+def prestart_engine(warm: str | None = "llama.cpp", log_path: Path | None = None) -> None:
+    """Start an engine process now, before the chat knows its model, options or backend.
+
+    A chat spends its first few hundred milliseconds on settings, the model's header and
+    presets before it can ask for a load; the engine process needs about as long to start
+    Python and import its library.  Started here, at the top of the command line, the two
+    overlap: the first :class:`HostedBackend` to start an engine adopts this process
+    (:func:`_take_spare`), so a one-shot ``--prompt`` starts its engine before our own
+    imports are done.  ``warm`` names the engine whose library the process imports
+    meanwhile (llama.cpp, the engine nearly every machine ends with).  An unadopted spare
+    ends by itself when this process does (its stdin closes), or at :func:`discard_spare`.
+    """
+    global _spare
+    from backends.engine_log import default_log_path
+
+    with _spare_lock:
+        if _spare is None:
+            _spare = _Child(log_path or default_log_path(), warm=warm)
+
+
+def _take_spare(log_path: Path) -> _Child | None:
+    """The pre-started engine process if it writes to ``log_path`` and still runs; else None (it is stopped)."""
+    global _spare
+    with _spare_lock:
+        child, _spare = _spare, None
+    if child is None:
+        return None
+    if child.log_path == log_path and child.proc.poll() is None:
+        return child
+    child.stop()
+    return None
+
+
+def discard_spare() -> None:
+    """Stop the pre-started engine process, if any (the chat turned out to need none: a ``--server`` chat)."""
+    global _spare
+    with _spare_lock:
+        child, _spare = _spare, None
+    if child is not None:
+        child.stop()
+
+
 def amx_fault_record() -> Path:
     """Where an AMX fault seen on this CPU is remembered, so later starts begin with repacking off."""
     from platformdirs import user_cache_dir
@@ -199,12 +252,18 @@ class HostedBackend:
         assert self._model_path is not None and self._options is not None
         options = self._options
         self.log_path = Path(options.log_path) if options.log_path else default_log_path()
-        child = _Child(self.log_path)
+        child = _take_spare(self.log_path) or _Child(self.log_path)
         wire_options = {k: v for k, v in asdict(replace(options, model_meta=None)).items() if k != "model_meta"}
         wire_options["log_path"] = str(self.log_path)
         wire_options["draft_model"] = str(options.draft_model) if options.draft_model else None
-        child.send({"op": "load", "engine": self.engine, "device": self.device, "path": str(self._model_path),
-                    "options": wire_options})
+        request: dict[str, Any] = {"op": "load", "engine": self.engine, "device": self.device,
+                                   "path": str(self._model_path), "options": wire_options}
+        meta = options.model_meta
+        if meta is not None and Path(meta.path).absolute() == self._model_path:
+            from backends.model_meta import header_facts
+
+            request["meta"] = header_facts(meta)
+        child.send(request)
         answer = child.answers.get()
         if answer is _EOF or "error" in answer:
             if answer is _EOF:

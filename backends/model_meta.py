@@ -90,6 +90,25 @@ def known_meta(path: Path | str, meta: ModelMeta | None) -> ModelMeta:
     return read_model_meta(path)
 
 
+def header_facts(meta: ModelMeta) -> dict[str, Any]:
+    """The header's scalar facts as JSON, for the engine process (:mod:`backends.hosted`).
+
+    Every backend reads only scalars (name, quantization, context length, block count); sending
+    them spares the engine a second parse of the header, whose vocabulary arrays (Qwen's 151,936
+    tokens and merges) cost the engine process tens of MiB and tens of milliseconds at start.
+    """
+    scalars = {k: v for k, v in meta.kv.items() if isinstance(v, (str, int, float, bool))}
+    return {"format": meta.format, "name": meta.name, "architecture": meta.architecture,
+            "quantization": meta.quantization, "context_length": meta.context_length, "kv": scalars}
+
+
+def meta_from_facts(path: Path | str, facts: dict[str, Any]) -> ModelMeta:
+    """The :class:`ModelMeta` of :func:`header_facts` (no ``gguf``: the engine never tokenizes)."""
+    return ModelMeta(path=Path(path), format=facts["format"], name=facts["name"],
+                     architecture=facts["architecture"], quantization=facts["quantization"],
+                     context_length=facts["context_length"], kv=dict(facts["kv"]))
+
+
 def _mlx_meta(path: Path) -> ModelMeta:
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))

@@ -8,20 +8,15 @@ crash costs the reply, never the chat.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from backends.base import Backend, BackendError, LoadOptions
 from backends.detect import Candidate, detect, plan
+from backends.hosted import in_process
 from backends.model_meta import is_mlx_dir
 from backends.probe import SystemProbe
-
-
-def in_process() -> bool:
-    """``TOKCHAT_ENGINE_IN_PROCESS=1``: engines run inside tokchat (debugging; a crash then ends the chat)."""
-    return os.environ.get("TOKCHAT_ENGINE_IN_PROCESS", "") == "1"
 
 
 def _llama(c: Candidate) -> Backend:

@@ -12,7 +12,8 @@
 * **start-up**: ``tokchat --prompt`` as a whole process against a bare
   llama-cpp-python script doing the same generation (``Llama(...)`` with the
   same n_ctx and threads, greedy, 16 ids), wall time and the peak memory of the
-  whole process tree (parent + engine child; sampled every 10 ms from /proc).
+  whole process tree (parent + engine child; sampled every 10 ms from /proc), as
+  summed RSS and as summed PSS (which counts a page the two share once).
 
 Rounds alternate tokchat and the server (the order flips every round) after
 one unrecorded warm-up each; the table shows medians and the ratio.
@@ -51,33 +52,37 @@ print(out["choices"][0]["message"]["content"])
 """
 
 
-def tree_peak_rss(pid: int, stop: threading.Event, out: list[int]) -> None:
-    """Sample the summed RSS (KiB) of ``pid`` and its descendants until ``stop``; the peak goes to ``out``."""
-    peak = 0
+def tree_peak_memory(pid: int, stop: threading.Event, out: list[tuple[int, int]]) -> None:
+    """Sample ``pid`` and its descendants until ``stop``; the peaks of their summed RSS and PSS (KiB) go to
+    ``out``.  RSS counts the pages parent and engine share (the interpreter, libc) twice; PSS splits each
+    shared page between the processes that map it, so its sum is what the tree takes from the machine."""
+    peak_rss = peak_pss = 0
     while not stop.is_set():
-        total = 0
+        rss = pss = 0
         pids = [pid]
         while pids:
             p = pids.pop()
             try:
-                for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
+                for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1])
                 for task in Path(f"/proc/{p}/task").iterdir():
                     pids.extend(int(c) for c in (task / "children").read_text().split())
             except OSError:
                 continue  # the process ended between two reads
-        peak = max(peak, total)
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
         time.sleep(0.01)
-    out.append(peak)
+    out.append((peak_rss, peak_pss))
 
 
-def whole_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall seconds and peak tree RSS (MiB) of one run of ``cmd``."""
+def whole_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Wall seconds, peak tree RSS and peak tree PSS (MiB) of one run of ``cmd``."""
     stop, peak = threading.Event(), []
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    sampler = threading.Thread(target=tree_peak_rss, args=(proc.pid, stop, peak))
+    sampler = threading.Thread(target=tree_peak_memory, args=(proc.pid, stop, peak))
     sampler.start()
     proc.wait()
     wall = time.perf_counter() - started
@@ -85,7 +90,7 @@ def whole_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:3]} exited {proc.returncode}")
-    return wall, peak[0] / 1024
+    return wall, peak[0][0] / 1024, peak[0][1] / 1024
 
 
 def local_round(backend, prompt: list[int], n: int) -> tuple[float, float]:
@@ -184,18 +189,24 @@ def main() -> int:
             whole_process(ours, env)
             whole_process(bare, env)
             walls: dict[str, list[float]] = {"ours": [], "bare": []}
-            peaks: dict[str, list[float]] = {"ours": [], "bare": []}
+            rss: dict[str, list[float]] = {"ours": [], "bare": []}
+            pss: dict[str, list[float]] = {"ours": [], "bare": []}
             for r in range(args.rounds):
                 for who in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
-                    wall, peak = whole_process(ours if who == "ours" else bare, env)
+                    wall, peak_rss, peak_pss = whole_process(ours if who == "ours" else bare, env)
                     walls[who].append(wall)
-                    peaks[who].append(peak)
+                    rss[who].append(peak_rss)
+                    pss[who].append(peak_pss)
         ow, bw = statistics.median(walls["ours"]), statistics.median(walls["bare"])
-        op, bp = statistics.median(peaks["ours"]), statistics.median(peaks["bare"])
+        orss, brss = statistics.median(rss["ours"]), statistics.median(rss["bare"])
+        opss, bpss = statistics.median(pss["ours"]), statistics.median(pss["bare"])
         print("\n| one-shot `--prompt hi`, 16 ids | tokchat (parent + engine) | bare llama-cpp-python script | ratio |")
         print("|---|---:|---:|---:|")
         print(f"| wall time | {ow:.2f} s | {bw:.2f} s | {ow / bw:.2f}x |")
-        print(f"| peak memory (process tree) | {op:.0f} MiB | {bp:.0f} MiB | +{op - bp:.0f} MiB |")
+        print(f"| peak memory, summed RSS | {orss:.0f} MiB | {brss:.0f} MiB | +{orss - brss:.0f} MiB |")
+        print(f"| peak memory, summed PSS | {opss:.0f} MiB | {bpss:.0f} MiB | +{opss - bpss:.0f} MiB |")
+        print(f"(rounds: tokchat {[round(x, 2) for x in walls['ours']]} s, "
+              f"script {[round(x, 2) for x in walls['bare']]} s)")
     return 0
 
 

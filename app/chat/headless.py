@@ -26,10 +26,12 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from app.settings.options import ChatOptions
-from app.conversation.session import ChatMessage, ChatSession
+
+if TYPE_CHECKING:  # imported once the engine is loading (open_chat): the session pulls in Jinja
+    from app.conversation.session import ChatMessage, ChatSession
 
 EXIT_INTERRUPTED = 130
 #: the exit status when stdout was closed under the reply (a shell's 128 + SIGPIPE)
@@ -46,6 +48,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     from app.chat.open import open_chat
 
     chat = open_chat(options, backend=backend)
+    from app.conversation.session import ChatMessage
+
     session = chat.session
     for notice in chat.notices:
         print(f"tokchat: {notice}", file=err)

@@ -117,7 +117,6 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
     The progress lines are built only when someone shows them (they stat the file)."""
     import app.models.header as model_header
     from app.models.resolution import resolve_model
-    from templates import resolve_template
 
     if progress:
         progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
@@ -135,6 +134,8 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
         if progress:
             progress(f"reading the tokenizer from {path.name} ({_size(path)})")
         tokenizer = model_header.load_chat_tokenizer(path, header)
+        from templates import resolve_template  # Jinja: imported while the engine loads
+
         template, notice = resolve_template(options.template, tokenizer, options.template_file)
         if pending is not None:
             if progress:

@@ -122,22 +122,42 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt.strip() and not args.attach:
         what = "empty" if not args.prompt else "only whitespace"
         raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
-    # first use of --model hf:... or a preset name: download with a progress bar before anything loads
-    pull_if_missing(args.model or read_settings(args).values["model.default"])
-    headless = args.prompt is not None or args.continue_reply
-    # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
-    options = chat_options(args, preset=headless)
-    if headless:
-        from app.chat.headless import run_headless
-        from app.history.recorder import HistoryRecorder
+    prestart = _prestart_engine(args)
+    try:
+        # first use of --model hf:... or a preset name: download with a progress bar before anything loads
+        pull_if_missing(args.model or read_settings(args).values["model.default"])
+        headless = args.prompt is not None or args.continue_reply
+        # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
+        options = chat_options(args, preset=headless)
+        if headless:
+            from app.chat.headless import run_headless
+            from app.history.recorder import HistoryRecorder
 
-        recorder = HistoryRecorder.from_options(
-            options, notify=lambda notice: print(f"tokchat: {notice}", file=sys.stderr)
-        )
-        try:
-            return run_headless(options, recorder=recorder)
-        finally:
-            recorder.close()
-    from app.tui import run_tui
+            recorder = HistoryRecorder.from_options(
+                options, notify=lambda notice: print(f"tokchat: {notice}", file=sys.stderr)
+            )
+            try:
+                return run_headless(options, recorder=recorder)
+            finally:
+                recorder.close()
+        from app.tui import run_tui
 
-    return run_tui(options, with_preset=lambda: chat_options(args))
+        return run_tui(options, with_preset=lambda: chat_options(args))
+    finally:
+        if prestart:
+            from backends.hosted import discard_spare
+
+            discard_spare()  # not adopted (a --server chat, an error before the load): it goes now
+
+
+def _prestart_engine(args: argparse.Namespace) -> bool:
+    """Start the engine process before settings, header and presets are read (they then overlap with its
+    start and library import; see :func:`backends.hosted.prestart_engine`).  Not for ``--server`` chats,
+    nor when engines run in this process.  True if one was started."""
+    from backends.hosted import in_process, prestart_engine
+
+    if args.server is not None or in_process():
+        return False
+
+    prestart_engine(warm=None if args.backend in ("mlx", "openvino") else "llama.cpp")
+    return True

@@ -12,11 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
+import backends.hosted as hosted_module
 from backends.base import BackendError, LoadOptions, SamplingParams
 from backends.hosted import EngineCrashed, HostedBackend, describe_exit
+from backends.model_meta import read_model_meta
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
 LONG = SamplingParams(temperature=0, max_tokens=400, repeat_penalty=1.0)
@@ -164,3 +167,70 @@ def test_exit_descriptions():
     assert describe_exit(-signal.SIGSEGV) == "died of SIGSEGV (segmentation fault)"
     assert describe_exit(-signal.SIGKILL) == "died of SIGKILL (killed, perhaps by the out-of-memory killer)"
     assert describe_exit(3) == "exited with status 3"
+
+
+def _maps_libllama(pid: int, seconds: float = 30.0) -> bool:
+    """Whether ``pid`` maps libllama within ``seconds`` (the warm import runs on the engine's own thread)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if "libllama" in open(f"/proc/{pid}/maps").read():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_prestarted_engine_imports_llama_cpp_before_any_request_and_is_the_one_that_loads(
+        smollm_path, tmp_path, vocab):
+    log = tmp_path / "engine.log"
+    hosted_module.prestart_engine(warm="llama.cpp", log_path=log)
+    spare = hosted_module._spare
+    assert spare is not None
+    # no request has been sent: only the warm import can have loaded the library
+    assert _maps_libllama(spare.proc.pid), "the waiting engine never imported llama.cpp"
+    backend = HostedBackend("llama.cpp")
+    try:
+        backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=log))
+        assert backend.pid == spare.proc.pid and hosted_module._spare is None
+        assert list(backend.generate(vocab.chat("Hi"), GREEDY, {vocab.eos}))
+    finally:
+        backend.close()
+    assert spare.proc.returncode == 0
+
+
+def test_a_spare_that_logs_elsewhere_is_stopped_not_used(smollm_path, tmp_path):
+    hosted_module.prestart_engine(warm=None, log_path=tmp_path / "other.log")
+    spare = hosted_module._spare
+    backend = HostedBackend("llama.cpp")
+    try:
+        backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log"))
+        assert backend.pid is not None and backend.pid != spare.proc.pid
+        assert spare.proc.poll() is not None and hosted_module._spare is None
+    finally:
+        backend.close()
+
+
+def test_discarding_the_spare_ends_its_process(tmp_path):
+    hosted_module.prestart_engine(warm=None, log_path=tmp_path / "engine.log")
+    spare = hosted_module._spare
+    hosted_module.discard_spare()
+    assert hosted_module._spare is None and spare.proc.returncode == 0
+
+
+def test_the_engine_takes_the_chats_header_instead_of_reading_the_file_again(smollm_path, tmp_path):
+    """The facts sent with the load are what the engine reports: it did not parse the header itself
+    (a second parse of a 151,936-token vocabulary cost the engine tens of MiB at start)."""
+    meta = replace(read_model_meta(smollm_path), name="the name the chat read")
+    backend = HostedBackend("llama.cpp")
+    try:
+        backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log", model_meta=meta))
+        assert backend.info.model_name == "the name the chat read"
+    finally:
+        backend.close()
+    # a header of another file is not sent: the engine reads its own
+    other = replace(meta, path=tmp_path / "elsewhere.gguf")
+    backend = HostedBackend("llama.cpp")
+    try:
+        backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log", model_meta=other))
+        assert backend.info.model_name == read_model_meta(smollm_path).name
+    finally:
+        backend.close()

@@ -88,3 +88,64 @@ def test_a_tokenizer_that_fails_leaves_no_engine_behind(smollm_path, tmp_path, m
         open_chat(ChatOptions(model=str(smollm_path), ctx=512))
     assert started and started[0], "no engine was started, so this test proves nothing"
     assert _wait_gone(started[0]), "the engine of an abandoned chat is still running"
+
+
+def test_the_command_line_starts_the_engine_before_it_reads_settings_and_loads_with_it(
+        smollm_path, tmp_path, monkeypatch, capsys):
+    """``tokchat --prompt``: the engine process exists before the settings and the model's header are read,
+    and that same process answers (one engine per chat, not a spare and a second one)."""
+    for var in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(var, str(tmp_path / var))
+    import app.cli
+    import app.models.preset_match as preset_match
+
+    at_settings: list[list[int]] = []
+    at_tokenizer: list[list[int]] = []
+    real_options, real_tokenizer = preset_match.chat_options, model_header.load_chat_tokenizer
+
+    def options_spy(*args, **kwargs):
+        at_settings.append(_engine_children())  # no waiting: it must exist already
+        return real_options(*args, **kwargs)
+
+    def tokenizer_spy(path, header):
+        at_tokenizer.append(_engine_children())
+        return real_tokenizer(path, header)
+
+    monkeypatch.setattr(preset_match, "chat_options", options_spy)
+    monkeypatch.setattr(model_header, "load_chat_tokenizer", tokenizer_spy)
+    code = app.cli.main(["--model", str(smollm_path), "--prompt", "Hi", "--max-tokens", "4", "--temperature", "0",
+                         "--ctx", "512", "--no-history"])
+    assert code == 0 and capsys.readouterr().out.strip()
+    assert at_settings and len(at_settings[0]) == 1, at_settings
+    assert at_tokenizer == at_settings, "the chat started a second engine instead of the one waiting"
+    assert _wait_gone(at_settings[0])
+
+
+def test_a_command_line_error_before_the_load_leaves_no_engine(tmp_path, monkeypatch, capsys):
+    for var in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(var, str(tmp_path / var))
+    import app.cli
+
+    code = app.cli.main(["--model", str(tmp_path / "missing.gguf"), "--prompt", "Hi"])
+    assert code == 2 and "missing.gguf" in capsys.readouterr().err
+    import backends.hosted
+
+    assert backends.hosted._spare is None
+    assert _wait_gone(_engine_children())
+
+
+def test_a_server_chat_starts_no_engine(tmp_path, monkeypatch):
+    for var in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(var, str(tmp_path / var))
+    import app.cli
+    import app.models.preset_match as preset_match
+
+    seen: list[list[int]] = []
+
+    def stop_here(*args, **kwargs):
+        seen.append(_engine_children())
+        raise KeyboardInterrupt  # enough: the engine would have been started before this point
+
+    monkeypatch.setattr(preset_match, "chat_options", stop_here)
+    assert app.cli.main(["--server", "http://127.0.0.1:9", "--prompt", "Hi"]) == 130
+    assert seen == [[]]
