@@ -21,6 +21,10 @@ The tokenizer comes from ``--model`` (a GGUF, even a vocab-only one, a
 (:func:`backends.remote_connect.server_tokenizer_source`), and the server must agree
 with it id for id (:func:`backends.remote_connect.check_vocabulary`).
 
+The TUI starts the engine's load before its first frame (:func:`start_engine_early`, on
+a thread while Textual is imported): the load that then opens a chat with those very
+options adopts it instead of starting another; any other load discards it.
+
 A backend handed in (tests, benches: a scripted one, or one loaded with settings of
 their own) is used as it is: nothing is started, and it is not closed on failure
 since the caller owns it.
@@ -111,25 +115,84 @@ def _size(path: Path) -> str:
     return human_size(path.stat().st_size)
 
 
+@dataclass
+class EarlyEngine:
+    """An engine whose load began before its chat was opened (see :func:`start_engine_early`)."""
+
+    options: ChatOptions
+    path: Path
+    header: Any
+    pending: Any  # backends.registry.PendingBackend
+
+
+#: the engine started early and not yet adopted: :func:`start_engine_early` sets it, :func:`_load` takes it
+_early: EarlyEngine | None = None
+
+
+def start_engine_early(options: ChatOptions) -> None:
+    """Start loading the local engine for ``options`` now; the chat opened later with these same options
+    adopts it (a ``--server`` chat starts nothing).  Raises what resolving the model raises."""
+    global _early
+    import app.models.header as model_header
+    from app.models.resolution import resolve_model
+
+    if options.server is not None:
+        return
+    discard_early()
+    path = Path(resolve_model(options.model))
+    header = model_header.take_header(path, options)
+    _early = EarlyEngine(options, path, header, _start_engine(options, path, header))
+
+
+def discard_early() -> None:
+    """Close the early engine no chat adopted (the window closed first, ``/model`` asked for another)."""
+    global _early
+    early, _early = _early, None
+    if early is not None:
+        early.pending.discard()
+
+
+def _take_early(options: ChatOptions) -> EarlyEngine | None:
+    """The early engine if it was started for ``options``; any other is discarded."""
+    global _early
+    early = _early
+    if early is None:
+        return None
+    if early.options is not options:
+        discard_early()
+        return None
+    _early = None
+    return early
+
+
+def _start_engine(options: ChatOptions, path: Path, header: Any) -> Any:
+    from backends import LoadOptions, start_backend
+
+    return start_backend(path, LoadOptions(backend=options.backend, device=options.device,
+                                           n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
+                                           speculative=options.speculative, draft_model=options.draft_model))
+
+
 def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tuple[Any, Any, str | None, Any, Path]:
-    """(tokenizer, template, notice, backend, path) of a local chat; starts the engine unless one is handed in.
+    """(tokenizer, template, notice, backend, path) of a local chat; starts the engine unless one is handed in
+    or was started early for these options.
 
     The progress lines are built only when someone shows them (they stat the file)."""
     import app.models.header as model_header
     from app.models.resolution import resolve_model
 
-    if progress:
-        progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
-    path = Path(resolve_model(options.model))
-    header = model_header.take_header(path, options)
+    early = _take_early(options) if backend is None else None
     pending = None
-    if backend is None:
-        from backends import LoadOptions, start_backend
-
-        # the engine loads in its own process while this one reads the tokenizer and the template
-        pending = start_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                                  n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
-                                                  speculative=options.speculative, draft_model=options.draft_model))
+    if early is not None:
+        path, header, pending = early.path, early.header, early.pending
+    else:
+        if progress:
+            progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
+        path = Path(resolve_model(options.model))
+        header = model_header.take_header(path, options)
+        if backend is None:
+            # the engine loads in its own process while this one reads the tokenizer and the template
+            pending = _start_engine(options, path, header)
     try:
         if progress:
             progress(f"reading the tokenizer from {path.name} ({_size(path)})")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from app.errors import CLIError
 
@@ -140,14 +140,52 @@ def run(args: argparse.Namespace) -> int:
                 return run_headless(options, recorder=recorder)
             finally:
                 recorder.close()
+        early = _EarlyLoad(lambda: chat_options(args))  # the engine loads while Textual starts and paints
         from app.tui import run_tui
 
-        return run_tui(options, with_preset=lambda: chat_options(args))
+        return run_tui(options, with_preset=early.options)
     finally:
+        from app.chat.open import discard_early
+
+        discard_early()
         if prestart:
             from backends.hosted import discard_spare
 
             discard_spare()  # not adopted (a --server chat, an error before the load): it goes now
+
+
+class _EarlyLoad:
+    """The TUI's model preset and engine load, started on a thread before Textual is imported.
+
+    The window's first frame needs neither; its load thread calls :meth:`options` and opens the
+    chat with them, adopting the engine already loading (:func:`app.chat.open.start_engine_early`).
+    Measured: model ready 0.3 s sooner than a load begun after the first frame, the first frame
+    as soon (the engine runs in its own process; this thread only reads settings and the header)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        import threading
+
+        self._build = build
+        self._options: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tokchat-early-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from app.chat.open import start_engine_early
+
+        try:
+            self._options = self._build()
+            start_engine_early(self._options)
+        except Exception as exc:  # raised again where the window's load thread asks (shown on screen)
+            self._error = exc
+
+    def options(self) -> Any:
+        """The options with the model's preset; raises what building them (or resolving the model) raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._options
 
 
 def _prestart_engine(args: argparse.Namespace) -> bool:

@@ -149,3 +149,67 @@ def test_a_server_chat_starts_no_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(preset_match, "chat_options", stop_here)
     assert app.cli.main(["--server", "http://127.0.0.1:9", "--prompt", "Hi"]) == 130
     assert seen == [[]]
+
+
+def test_an_engine_started_early_is_the_one_the_chat_opens_with(smollm_path, tmp_path, monkeypatch):
+    from app.chat.open import start_engine_early
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    options = ChatOptions(model=str(smollm_path), ctx=512, sampling=SamplingParams(temperature=0, max_tokens=4))
+    start_engine_early(options)
+    early = _engine_appears()
+    assert len(early) == 1
+    session = open_chat(options).session
+    try:
+        assert session.backend.pid == early[0] and _engine_children() == early
+        assert list(session.send("Hi"))
+    finally:
+        session.backend.close()
+
+
+def test_an_early_engine_for_other_options_is_closed_when_another_chat_opens(smollm_path, tmp_path, monkeypatch):
+    from app.chat.open import start_engine_early
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    start_engine_early(ChatOptions(model=str(smollm_path), ctx=512))
+    early = _engine_appears()
+    assert early
+    session = open_chat(ChatOptions(model=str(smollm_path), ctx=256)).session  # /model before the first load
+    try:
+        assert session.backend.pid not in early and _wait_gone(early)
+    finally:
+        session.backend.close()
+
+
+def test_the_windows_early_load_hands_over_its_options_and_engine(smollm_path, tmp_path, monkeypatch):
+    """What ``tokchat`` (the TUI) does before Textual is imported: the preset and the engine's load on a
+    thread; the window's load thread then opens the chat with those options and that engine."""
+    from app.cli import build_parser
+    from app.cli.chat import _EarlyLoad
+    from app.models.preset_match import chat_options
+    from app.tui.loader import load_chat
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))
+    args = build_parser().parse_args(["--model", str(smollm_path), "--ctx", "256"])
+    early = _EarlyLoad(lambda: chat_options(args))
+    engines = _engine_appears()
+    options = early.options()
+    assert options.preset == "smollm2" and len(engines) == 1
+    chat = load_chat(options, lambda _text: None)
+    try:
+        assert chat.backend.pid == engines[0] and chat.context_size == 256
+    finally:
+        chat.backend.close()
+
+
+def test_the_windows_early_load_raises_its_error_where_the_window_asks():
+    from app.cli.chat import _EarlyLoad
+    from app.models.resolution import ModelNotFound
+
+    def missing():
+        raise ModelNotFound("no model named nothing-here")
+
+    early = _EarlyLoad(missing)
+    with pytest.raises(ModelNotFound, match="nothing-here"):
+        early.options()
