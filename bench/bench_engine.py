@@ -13,7 +13,8 @@
   llama-cpp-python script doing the same generation (``Llama(...)`` with the
   same n_ctx and threads, greedy, 16 ids), wall time and the peak memory of the
   whole process tree (parent + engine child; sampled every 10 ms from /proc), as
-  summed RSS and as summed PSS (which counts a page the two share once).
+  summed RSS and as summed PSS (which counts a page the two share once), in 3
+  rounds of their own (wall times come from rounds without the sampler).
 
 Rounds alternate tokchat and the server (the order flips every round) after
 one unrecorded warm-up each; the table shows medians and the ratio.
@@ -77,17 +78,23 @@ def tree_peak_memory(pid: int, stop: threading.Event, out: list[tuple[int, int]]
     out.append((peak_rss, peak_pss))
 
 
-def whole_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
-    """Wall seconds, peak tree RSS and peak tree PSS (MiB) of one run of ``cmd``."""
-    stop, peak = threading.Event(), []
+def whole_process(cmd: list[str], env: dict[str, str], memory: bool) -> tuple[float, float, float]:
+    """Wall seconds, peak tree RSS and peak tree PSS (MiB; 0 unless ``memory``) of one run of ``cmd``.
+
+    Wall times come from runs without the memory sampler: reading smaps_rollup every 10 ms takes
+    CPU from the 2 cores the runs share, and more of it from the run with two processes."""
+    stop, peak = threading.Event(), [(0, 0)]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    sampler = threading.Thread(target=tree_peak_memory, args=(proc.pid, stop, peak))
-    sampler.start()
+    if memory:
+        peak.clear()
+        sampler = threading.Thread(target=tree_peak_memory, args=(proc.pid, stop, peak))
+        sampler.start()
     proc.wait()
     wall = time.perf_counter() - started
-    stop.set()
-    sampler.join()
+    if memory:
+        stop.set()
+        sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:3]} exited {proc.returncode}")
     return wall, peak[0][0] / 1024, peak[0][1] / 1024
@@ -186,15 +193,17 @@ def main() -> int:
             ours = [sys.executable, "-m", "app", "--model", str(model), "--prompt", "hi", "--max-tokens", "16",
                     "--temperature", "0", "--ctx", ctx, "--backend", "cpu", "--no-history"]
             bare = [sys.executable, "-c", BARE_SCRIPT, str(model), ctx, threads]
-            whole_process(ours, env)
-            whole_process(bare, env)
+            whole_process(ours, env, memory=False)
+            whole_process(bare, env, memory=False)
             walls: dict[str, list[float]] = {"ours": [], "bare": []}
             rss: dict[str, list[float]] = {"ours": [], "bare": []}
             pss: dict[str, list[float]] = {"ours": [], "bare": []}
             for r in range(args.rounds):
                 for who in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
-                    wall, peak_rss, peak_pss = whole_process(ours if who == "ours" else bare, env)
-                    walls[who].append(wall)
+                    walls[who].append(whole_process(ours if who == "ours" else bare, env, memory=False)[0])
+            for r in range(3):  # memory: its own rounds, sampled
+                for who in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
+                    _, peak_rss, peak_pss = whole_process(ours if who == "ours" else bare, env, memory=True)
                     rss[who].append(peak_rss)
                     pss[who].append(peak_pss)
         ow, bw = statistics.median(walls["ours"]), statistics.median(walls["bare"])

@@ -201,6 +201,7 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
 
         template, notice = resolve_template(options.template, tokenizer, options.template_file)
         if pending is not None:
+            _prepare(tokenizer, template)
             if progress:
                 progress(f"loading {path.name} ({_size(path)}) with backend "
                     f"{options.backend}{' ' + options.device if options.device else ''}")
@@ -210,6 +211,20 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
             pending.discard()
         raise
     return tokenizer, template, notice, backend, path
+
+
+def _prepare(tokenizer: Any, template: Any) -> None:
+    """Build now, while the engine loads, what the first reply would otherwise wait for after it: the
+    tokenizer's merge table (built at the first encode: 27 ms for Qwen's) and the template's compiled
+    form (30 ms for Qwen's).  Measured on a one-shot ``--prompt``: both sat between "engine loaded"
+    and the first request."""
+    from templates import TemplateError
+
+    tokenizer.encode("Hello")
+    try:
+        template.compiled
+    except TemplateError:
+        return  # it fails again at the first render, where the chat reports it in its one line
 
 
 def _engine(pending: Any, header: Any, path: Path, n_ctx: int | None) -> Any:

@@ -130,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
         # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
         options = chat_options(args, preset=headless)
         if headless:
+            from app.chat.open import start_engine_early
+
+            start_engine_early(options)  # the load request goes out before the chat's own modules are imported
             from app.chat.headless import run_headless
             from app.history.recorder import HistoryRecorder
 
