@@ -69,8 +69,8 @@ _WARM_MODULES = {"llama.cpp": ("backends.llama_cpp", "backends.llama_engine", "l
 
 
 def _warm(engine: str) -> None:
-    """Import ``engine``'s library now, on a thread: a load request that comes meanwhile waits at the
-    import lock for this very import instead of starting its own."""
+    """Import ``engine``'s library now, on a thread; a load request that comes meanwhile waits for it
+    (:meth:`EngineHost._load`) instead of importing the same modules beside it."""
     import importlib
 
     for name in _WARM_MODULES.get(engine, ()):
@@ -90,8 +90,11 @@ def _make_backend(engine: str, device: str):
 class EngineHost:
     """Serves one backend to the parent; see the module docstring."""
 
-    def __init__(self, wire: _Wire) -> None:
+    def __init__(self, wire: _Wire, warming: threading.Thread | None = None) -> None:
         self.wire = wire
+        #: the ``--warm`` import, joined before a load imports anything: two threads importing
+        #: overlapping modules at once can meet in CPython's per-module import locks
+        self.warming = warming
         self.backend = None
         self.current_job: int | None = None
         self.requests: queue.Queue = queue.Queue()
@@ -119,6 +122,9 @@ class EngineHost:
                 self._generate(request)
 
     def _load(self, request: dict[str, Any]) -> None:
+        if self.warming is not None:
+            self.warming.join()
+            self.warming = None
         try:
             paths = ("log_path", "draft_model")
             options = LoadOptions(**{k: v for k, v in request["options"].items() if k not in paths})
@@ -177,10 +183,12 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     faulthandler.enable()  # a native crash leaves the Python stack in the engine log
+    warming = None
     if "--warm" in sys.argv[1:-1]:
         engine = sys.argv[sys.argv.index("--warm") + 1]
-        threading.Thread(target=_warm, args=(engine,), name="tokchat-engine-warm", daemon=True).start()
-    host = EngineHost(wire)
+        warming = threading.Thread(target=_warm, args=(engine,), name="tokchat-engine-warm", daemon=True)
+        warming.start()
+    host = EngineHost(wire, warming)
     reader = threading.Thread(target=host.read_requests, args=(sys.stdin.buffer,), daemon=True)
     reader.start()
     # the model is not freed when the work is done: the process ends (exit_now) and the kernel takes its
