@@ -23,7 +23,11 @@ def _engine_children() -> list[int]:
     """The pids of this process's engine-host children."""
     found = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for pid in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue  # a thread that ended after the listing (the load threads come and go)
+        for pid in children:
             try:
                 if "backends.engine_host" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
                     found.append(int(pid))
