@@ -9,6 +9,10 @@
 * **prompt**: a ``--prompt-ids``-id prompt evaluated from an empty cache, ids/s
   (the server's ``timings.prompt_per_second``; ours ``new ids / time to the
   first id``);
+* **amx** (on a CPU with AMX): the same two measures with llama.cpp's weight
+  repacking on (the AMX kernel, with tokchat's patch) and off (``--no-repack``),
+  for tokchat's local backend and for ``llama-server``, four contestants in
+  rotating order;
 * **start-up**: ``tokchat --prompt`` as a whole process against a bare
   llama-cpp-python script doing the same generation (``Llama(...)`` with the
   same n_ctx and threads, greedy, 16 ids), wall time and the peak memory of the
@@ -123,6 +127,76 @@ def server_round(url: str, prompt: list[int], n: int) -> tuple[float, float]:
     return timings["predicted_per_second"], timings["prompt_per_second"]
 
 
+def bench_prompts(model: Path, prompt_ids: int) -> tuple[list[int], list[int]]:
+    """The chat prompt decode rounds reply to, and a ``prompt_ids``-id prompt ending in it."""
+    tok = load_tokenizer(model)
+    chat = tok.encode(f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n", special=True)
+    filler = tok.encode("The tide was high at dawn and the boats went out. " * 400)
+    return chat, filler[: prompt_ids - len(chat)] + chat
+
+
+def start_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``llama-server`` (the tests' build, with tokchat's patches) on ``model`` with its defaults plus ``extra``."""
+    from remote_servers import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([str(asset_path("llama-server") / "llama-server"), "-m", str(model),
+                               "--host", "127.0.0.1", "--port", str(port), *extra],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return server, url
+
+
+def amx_table(model: Path, rounds: int, ids: int, prompt_ids: int) -> None:
+    """Repacking on (AMX) against off, for our local backend and for llama-server, rotating every round."""
+    chat, long_prompt = bench_prompts(model, prompt_ids)
+    runs: dict[str, tuple[list[float], list[float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["XDG_CACHE_HOME"] = tmp  # no remembered AMX fault turns repacking off behind our back
+        contestants = {}
+        for name, repack in (("tokchat, repacking on (AMX)", True), ("tokchat, repacking off", False)):
+            backend = open_backend(model, LoadOptions(backend="cpu", repack=repack, log_path=Path(tmp) / f"{repack}.log"))
+            local_round(backend, chat, 8)
+            contestants[name] = ("local", backend)
+        servers = []
+        for name, extra in (("llama-server, defaults (AMX)", ()), ("llama-server, --no-repack", ("--no-repack",))):
+            server, url = start_server(model, *extra)
+            servers.append(server)
+            server_round(url, chat, 8)
+            contestants[name] = ("server", url)
+        try:
+            names = list(contestants)
+            for r in range(rounds):
+                for name in names[r % len(names):] + names[: r % len(names)]:
+                    kind, handle = contestants[name]
+                    one = local_round if kind == "local" else server_round
+                    d, _ = one(handle, chat, ids)
+                    _, p = one(handle, long_prompt, 2)
+                    runs.setdefault(name, ([], []))[0].append(d)
+                    runs[name][1].append(p)
+        finally:
+            for kind, handle in contestants.values():
+                if kind == "local":
+                    handle.close()
+            for server in servers:
+                server.terminate()
+                server.wait(30)
+        amx_logged = "AMX" in (Path(tmp) / "True.log").read_text()
+    print(f"\nAMX weights in the repacking-on engine's log: {'yes' if amx_logged else 'NO'}; "
+          f"threads {llama_default_threads()}; medians of {rounds} rotating rounds")
+    print(f"| engine | prompt, {len(long_prompt)} ids, ids/s | decode, {ids} ids, tok/s |")
+    print("|---|---:|---:|")
+    for name, (d, p) in runs.items():
+        print(f"| {name} | {statistics.median(p):.0f} ({', '.join(f'{x:.0f}' for x in p)}) | "
+              f"{statistics.median(d):.1f} ({', '.join(f'{x:.1f}' for x in d)}) |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b.gguf", help="a test asset name or a path")
@@ -136,27 +210,14 @@ def main() -> int:
     load = os.getloadavg()[0]
     print(f"CPU: {cpu_model()} (AMX {'yes' if has_amx() else 'no'}), {os.cpu_count()} CPUs, load average {load:.1f}; "
           f"model {model.name}")
+    if "amx" in only:
+        amx_table(model, args.rounds, args.ids, args.prompt_ids)
     if "decode" in only:
-        from remote_servers import free_port
-
-        tok = load_tokenizer(model)
-        chat = tok.encode(f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n", special=True)
-        filler = tok.encode("The tide was high at dawn and the boats went out. " * 400)
-        long_prompt = filler[: args.prompt_ids - len(chat)] + chat
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        chat, long_prompt = bench_prompts(model, args.prompt_ids)
         with tempfile.TemporaryDirectory() as tmp:
-            server = subprocess.Popen([str(asset_path("llama-server") / "llama-server"), "-m", str(model),
-                                       "--host", "127.0.0.1", "--port", str(port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            server, url = start_server(model)
             backend = open_backend(model, LoadOptions(backend="cpu", log_path=Path(tmp) / "engine.log"))
             try:
-                for _ in range(600):
-                    try:
-                        if httpx.get(url + "/health", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        time.sleep(0.1)
                 server_round(url, chat, 8)
                 local_round(backend, chat, 8)
                 ours_d, theirs_d, ours_p, theirs_p = [], [], [], []

@@ -21,9 +21,10 @@ The tokenizer comes from ``--model`` (a GGUF, even a vocab-only one, a
 (:func:`backends.remote_connect.server_tokenizer_source`), and the server must agree
 with it id for id (:func:`backends.remote_connect.check_vocabulary`).
 
-The TUI starts the engine's load before its first frame (:func:`start_engine_early`, on
-a thread while Textual is imported): the load that then opens a chat with those very
-options adopts it instead of starting another; any other load discards it.
+The command line starts the engine's load as soon as the options are known
+(:func:`start_engine_early`): headless right after reading them, the TUI on a thread
+while Textual is imported and the first frame paints.  The load that then opens a chat
+with those very options adopts it instead of starting another; any other load discards it.
 
 A backend handed in (tests, benches: a scripted one, or one loaded with settings of
 their own) is used as it is: nothing is started, and it is not closed on failure

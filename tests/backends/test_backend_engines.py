@@ -118,9 +118,14 @@ The engines compute the same model with different kernels (llama.cpp
 quantizes activations to 8 bits in its dot products, MLX multiplies in
 float32, OpenVINO converts the GGUF into its own graph and weight format),
 so greedy replies drift apart where two candidate ids are close.  The test
-prints the agreement table and guards what held when it was written:
+prints the agreement table and guards what held on every CPU it ran on:
 llama.cpp and MLX read the Q4_1 blocks the same way and agree through 8
-ids on most prompts; all three agree through 8 ids on some.
+ids on most prompts; OpenVINO, whose Q4_1 conversion is lossy
+(``test_openvino_gguf.py``), agrees with all three through 8 ids on at least
+one prompt and picks MLX's first id on most.  The kernels differ by CPU: on an
+AMD EPYC (AVX-512, no AMX) all three agreed through 8 ids on two prompts of
+six, on an Intel Xeon with AMX on one (OpenVINO in f32 or bf16 alike), where
+llama.cpp's AMX kernel also picks another first id than MLX on one prompt.
 """
 AGREE_PROMPTS = (
     "What is the capital of France?",
@@ -172,6 +177,8 @@ def test_greedy_agreement(backend, vocab, smollm_path, tmp_path):
         assert all(_REPLIES[engine]), engine
     all_three = [min(table[p][i] for p in pairs) for i in range(len(AGREE_PROMPTS))]
     assert sum(n >= N for n in table[("llama.cpp", "mlx")]) >= len(AGREE_PROMPTS) // 2, table
-    assert sum(n >= N for n in all_three) >= 2, table
-    # the first id (the prompt evaluation alone) agrees between llama.cpp and MLX everywhere
-    assert all(n >= 1 for n in table[("llama.cpp", "mlx")]), table
+    assert sum(n >= N for n in all_three) >= 1, table
+    assert sum(n >= 1 for n in table[("mlx", "openvino")]) > len(AGREE_PROMPTS) // 2, table
+    # the first id (the prompt evaluation alone) agrees between llama.cpp and MLX everywhere but on one
+    # prompt at most: with the AMX kernel (Xeon with AMX) "Explain what a CPU does" starts "The" instead of "A"
+    assert sum(n == 0 for n in table[("llama.cpp", "mlx")]) <= 1, table

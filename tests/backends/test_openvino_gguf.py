@@ -13,7 +13,7 @@ import ctypes
 from app.cli import main
 from app.tui.format import model_bar_text
 from backends.base import LoadOptions
-from backends.openvino import OpenVINOBackend, gguf_caveat
+from backends.openvino import F32_NOTE, OpenVINOBackend, gguf_caveat
 
 CAVEAT = "OpenVINO: GGUF Q4_1 converted lossily; answers differ from llama.cpp"
 
@@ -29,6 +29,20 @@ def test_loading_q4_1_in_openvino_names_the_loss(smollm_path, tmp_path):
         backend.close()
     bar = model_bar_text("SmolLM2", "Q4_1", "openvino", "CPU", "chatml", 8192, backend.info.caveat)
     assert bar.endswith("· ⚠ " + CAVEAT)
+
+
+def test_on_a_bf16_cpu_the_pipeline_computes_in_f32_and_says_so(smollm_path, tmp_path):
+    """OpenVINO's CPU default is bf16 where the CPU has AMX or AVX512-BF16: slower decode, replies apart."""
+    import openvino as ov
+
+    default_is_bf16 = "bf16" in str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")).lower() or \
+        "bfloat16" in str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")).lower()
+    backend = OpenVINOBackend()
+    backend.load(smollm_path, LoadOptions(device="CPU", log_path=tmp_path / "engine.log"))
+    try:
+        assert (F32_NOTE in backend.info.notes) == default_is_bf16
+    finally:
+        backend.close()
 
 
 def test_doctor_names_the_loss_for_q4_1_only(smollm_path, tmp_path, capsys, monkeypatch):
