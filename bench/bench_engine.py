@@ -158,18 +158,18 @@ def amx_table(model: Path, rounds: int, ids: int, prompt_ids: int) -> None:
     chat, long_prompt = bench_prompts(model, prompt_ids)
     runs: dict[str, tuple[list[float], list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["XDG_CACHE_HOME"] = tmp  # no remembered AMX fault turns repacking off behind our back
         contestants = {}
-        for name, repack in (("tokchat, repacking on (AMX)", True), ("tokchat, repacking off", False)):
-            backend = open_backend(model, LoadOptions(backend="cpu", repack=repack, log_path=Path(tmp) / f"{repack}.log"))
-            local_round(backend, chat, 8)
-            contestants[name] = ("local", backend)
         servers = []
         for name, extra in (("llama-server, defaults (AMX)", ()), ("llama-server, --no-repack", ("--no-repack",))):
             server, url = start_server(model, *extra)
             servers.append(server)
             server_round(url, chat, 8)
             contestants[name] = ("server", url)
+        os.environ["XDG_CACHE_HOME"] = tmp  # no remembered AMX fault turns repacking off behind our back
+        for name, repack in (("tokchat, repacking on (AMX)", True), ("tokchat, repacking off", False)):
+            backend = open_backend(model, LoadOptions(backend="cpu", repack=repack, log_path=Path(tmp) / f"{repack}.log"))
+            local_round(backend, chat, 8)
+            contestants[name] = ("local", backend)
         try:
             names = list(contestants)
             for r in range(rounds):
