@@ -165,6 +165,7 @@ def amx_table(model: Path, rounds: int, ids: int, prompt_ids: int) -> None:
             servers.append(server)
             server_round(url, chat, 8)
             contestants[name] = ("server", url)
+        saved_cache = os.environ.get("XDG_CACHE_HOME")
         os.environ["XDG_CACHE_HOME"] = tmp  # no remembered AMX fault turns repacking off behind our back
         for name, repack in (("tokchat, repacking on (AMX)", True), ("tokchat, repacking off", False)):
             backend = open_backend(model, LoadOptions(backend="cpu", repack=repack, log_path=Path(tmp) / f"{repack}.log"))
@@ -187,6 +188,10 @@ def amx_table(model: Path, rounds: int, ids: int, prompt_ids: int) -> None:
             for server in servers:
                 server.terminate()
                 server.wait(30)
+            if saved_cache is None:
+                os.environ.pop("XDG_CACHE_HOME")
+            else:
+                os.environ["XDG_CACHE_HOME"] = saved_cache
         amx_logged = "AMX" in (Path(tmp) / "True.log").read_text()
     print(f"\nAMX weights in the repacking-on engine's log: {'yes' if amx_logged else 'NO'}; "
           f"threads {llama_default_threads()}; medians of {rounds} rotating rounds")
