@@ -28,6 +28,7 @@ one unrecorded warm-up each; the table shows medians and the ratio.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -36,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "backends")]
@@ -157,41 +159,30 @@ def amx_table(model: Path, rounds: int, ids: int, prompt_ids: int) -> None:
     """Repacking on (AMX) against off, for our local backend and for llama-server, rotating every round."""
     chat, long_prompt = bench_prompts(model, prompt_ids)
     runs: dict[str, tuple[list[float], list[float]]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         contestants = {}
-        servers = []
         for name, extra in (("llama-server, defaults (AMX)", ()), ("llama-server, --no-repack", ("--no-repack",))):
             server, url = start_server(model, *extra)
-            servers.append(server)
+            stack.callback(server.wait, 30)
+            stack.callback(server.terminate)
             server_round(url, chat, 8)
             contestants[name] = ("server", url)
-        saved_cache = os.environ.get("XDG_CACHE_HOME")
-        os.environ["XDG_CACHE_HOME"] = tmp  # no remembered AMX fault turns repacking off behind our back
+        # no remembered AMX fault turns repacking off behind our back
+        stack.enter_context(mock.patch.dict(os.environ, {"XDG_CACHE_HOME": tmp}))
         for name, repack in (("tokchat, repacking on (AMX)", True), ("tokchat, repacking off", False)):
             backend = open_backend(model, LoadOptions(backend="cpu", repack=repack, log_path=Path(tmp) / f"{repack}.log"))
+            stack.callback(backend.close)
             local_round(backend, chat, 8)
             contestants[name] = ("local", backend)
-        try:
-            names = list(contestants)
-            for r in range(rounds):
-                for name in names[r % len(names):] + names[: r % len(names)]:
-                    kind, handle = contestants[name]
-                    one = local_round if kind == "local" else server_round
-                    d, _ = one(handle, chat, ids)
-                    _, p = one(handle, long_prompt, 2)
-                    runs.setdefault(name, ([], []))[0].append(d)
-                    runs[name][1].append(p)
-        finally:
-            for kind, handle in contestants.values():
-                if kind == "local":
-                    handle.close()
-            for server in servers:
-                server.terminate()
-                server.wait(30)
-            if saved_cache is None:
-                os.environ.pop("XDG_CACHE_HOME")
-            else:
-                os.environ["XDG_CACHE_HOME"] = saved_cache
+        names = list(contestants)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                kind, handle = contestants[name]
+                one = local_round if kind == "local" else server_round
+                d, _ = one(handle, chat, ids)
+                _, p = one(handle, long_prompt, 2)
+                runs.setdefault(name, ([], []))[0].append(d)
+                runs[name][1].append(p)
         amx_logged = "AMX" in (Path(tmp) / "True.log").read_text()
     print(f"\nAMX weights in the repacking-on engine's log: {'yes' if amx_logged else 'NO'}; "
           f"threads {llama_default_threads()}; medians of {rounds} rotating rounds")
