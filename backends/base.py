@@ -123,6 +123,10 @@ class BackendInfo:
     quantization: str
     context_size: int
     offloaded_layers: int = 0
+    #: layers llama.cpp can offload (blocks + the output layer); 0 where it does not apply
+    total_layers: int = 0
+    #: GPU memory the model, KV cache and compute buffers take (llama.cpp's log), MiB; 0 on the CPU
+    vram_mib: int = 0
     notes: list[str] = field(default_factory=list)
     #: a short caveat the model bar keeps showing (e.g. a lossy weight conversion); "" = none
     caveat: str = ""

@@ -39,7 +39,10 @@ from backends.base import (
 from backends.cpu import available_cpus, llama_default_threads
 from backends.engine_log import capture_llama_log
 from backends.llama_sampler import LlamaCppSampler
-from backends.model_meta import known_meta
+from backends.model_meta import known_meta, kv_cache_bytes
+from backends.offload import (
+    free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, read_load_report,
+)
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter
 from backends.worker import GenerationWorker
 
@@ -47,6 +50,28 @@ from backends.worker import GenerationWorker
 PREFILL_CHUNK = 256
 
 __all__ = ["LlamaCppBackend", "available_cpus", "default_threads", "PREFILL_CHUNK"]
+
+
+def _log_size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
+def _log_since(path: Path | None, start: int) -> str:
+    """What the engine log gained since byte ``start`` (this load's lines)."""
+    try:
+        with open(path, "rb") as fh:  # type: ignore[arg-type]
+            fh.seek(start)
+            return fh.read().decode("utf-8", errors="replace")
+    except (OSError, TypeError):
+        return ""
+
+
+def _ran_out_of_memory(log: str) -> bool:
+    low = log.lower()
+    return "out of memory" in low or "failed to allocate" in low or "cudamalloc failed" in low
 
 
 def default_threads() -> int:
@@ -89,9 +114,7 @@ class LlamaCppBackend:
         if meta.format != "gguf":
             raise BackendError(f"llama.cpp loads .gguf files; {model_path} is an MLX directory (use --backend mlx)")
         n_ctx = options.n_ctx or meta.default_ctx()
-        gpu_layers = options.n_gpu_layers
-        if gpu_layers is None:
-            gpu_layers = 0 if self.device == "CPU" else -1
+        gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers)
         threads = options.n_threads or default_threads()
         params = EngineParams(n_ctx=n_ctx, n_threads=threads, n_gpu_layers=gpu_layers,
                               flash_attn=options.flash_attn, repack=options.repack)
@@ -102,14 +125,19 @@ class LlamaCppBackend:
                 "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
             ) from exc
         self._worker = GenerationWorker("llama.cpp")
+        log_start = _log_size(self.log_path)
         try:
             self._engine = self._worker.call(lambda: LlamaEngine(Path(model_path), params))
         except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
             self._worker.close()
             self._worker = None
+            if gpu_layers != 0 and _ran_out_of_memory(_log_since(self.log_path, log_start)):
+                raise BackendError(out_of_memory_message(Path(model_path).name, plan, n_ctx, "loading the model")
+                                   + f" (details in {self.log_path})") from exc
             raise BackendError(
                 f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
             ) from exc
+        report = read_load_report(_log_since(self.log_path, log_start))
         self._model_path = Path(model_path)
         stat = os.stat(model_path)
         self._model_identity = (stat.st_ino, stat.st_size)
@@ -118,14 +146,42 @@ class LlamaCppBackend:
         if gpu_layers != 0 and isinstance(blocks, int):
             # llama.cpp counts the output layer as one more offloadable layer
             offloaded = blocks + 1 if gpu_layers < 0 else min(gpu_layers, blocks + 1)
+        if report.offloaded is not None:
+            offloaded = report.offloaded  # llama.cpp's own account wins over the estimate
         engine_ctx = self._engine.n_ctx()
         repack = "" if options.repack else ", weight repacking off"
+        notes = [f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {options.flash_attn}"
+                 f"{repack}, log in {self.log_path}"]
+        if self.device != "CPU":
+            notes.append(f"{self.device}: {report.summary() or f'{offloaded} layers on the GPU'}"
+                         + ("" if plan is None or plan.all_on_gpu else
+                            f" (the rest on the CPU: {plan.need_bytes >> 20} MiB fit in {plan.free_bytes >> 20} "
+                            "MiB free; --gpu-layers N overrides)"))
         self.info = BackendInfo(
             backend="llama.cpp", device=self.device, model_name=meta.name, quantization=meta.quantization,
             context_size=engine_ctx, offloaded_layers=offloaded,
-            notes=[f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {options.flash_attn}"
-                   f"{repack}, log in {self.log_path}"],
+            total_layers=(blocks + 1) if isinstance(blocks, int) else 0,
+            vram_mib=round(report.gpu_mib("model") + report.gpu_mib("KV") + report.gpu_mib("compute")),
+            notes=notes,
         )
+
+    def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None):
+        """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown)."""
+        if asked is not None:
+            return asked, None
+        if self.device == "CPU":
+            return 0, None
+        free = free_vram_bytes() if self.device == "CUDA" else None
+        kv = kv_cache_bytes(meta, n_ctx)
+        blocks = meta.kv.get(f"{meta.architecture}.block_count")
+        if free is None or kv is None or not isinstance(blocks, int) or blocks <= 0:
+            return -1, None  # llama.cpp's own "all layers"
+        try:
+            sizes = model_sizes(path)
+        except (OSError, ValueError):
+            return -1, None
+        plan = plan_offload(sizes, kv // blocks, free)
+        return plan.n_gpu_layers, plan
 
     def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> bool:
         """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.

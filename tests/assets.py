@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, when run as a script
-from backends.engine_patches import apply_all, patches_digest  # noqa: E402
 
 FETCH_COMMAND = "python tests/assets.py"
 
@@ -129,7 +128,7 @@ ASSETS: dict[str, Asset] = {
         ),
         Asset(
             # the remote backend's tests talk to a real llama-server, and to one split
-            # across two ggml RPC workers; built from the same llama.cpp as our bindings
+            # across two ggml RPC workers: the engine's own build (one compile for both)
             name="llama-server",
             requirements=("llama-cpp-python==0.3.36",),
             members=(),
@@ -206,83 +205,39 @@ def _fetch_file_asset(asset: Asset, workdir: Path) -> None:
     partial.replace(target)
 
 
-#: the cmake options that keep the llama-server build small: no tests, examples, web
-#: UI (its assets would be downloaded), TLS or shared libraries; RPC on for --rpc
-_LLAMA_SERVER_CMAKE_OPTIONS = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_SERVER=ON",
-    "-DLLAMA_BUILD_UI=OFF",
-    "-DLLAMA_USE_PREBUILT_UI=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DGGML_RPC=ON",
-)
-
-
 #: tarfile's safe extraction filter where this Python has it (3.10.12+, 3.11.4+)
 _EXTRACT_OPTIONS: dict = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
-def _run_quietly(cmd: list[str], env: dict[str, str]) -> None:
-    """Run a build step; its output is shown only when it fails (ninja reports errors on stdout)."""
-    done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout[-6000:])
-        raise RuntimeError(f"build step failed ({done.returncode}): {' '.join(cmd[:4])} ...")
+def _link_engine_build(asset: Asset) -> str:
+    """The llama-server asset is the engine's own build (``backends/engine_build.py``): one compile for both.
 
-
-def _build_tool(name: str) -> str:
-    """cmake/ninja from the venv (the ``test`` extras), else from PATH."""
-    local = Path(sys.executable).parent / name
-    found = str(local) if local.exists() else shutil.which(name)
-    if not found:
-        raise RuntimeError(f"{name} not found; install it with: pip install {name}")
-    return found
-
-
-def _build_from_sdist(asset: Asset, workdir: Path) -> None:
-    """Compile ``asset.build_targets`` from the sdist's llama.cpp into ``cache/NAME/``.
-
-    Only the targets' own dependencies are compiled (``--target``), with ninja on
-    every core; the sources and build tree are thrown away, the binaries kept.
+    ``cache/llama-server`` becomes a link to this machine's build folder,
+    and the marker holds that build's key (version, CPU, accelerator,
+    patches): a build made for another CPU or with other patches is never
+    taken for this one's.
     """
-    (archive,) = _download(asset.requirements, workdir, sdist=True)
-    src = workdir / "src"
-    with tarfile.open(archive) as tf:
-        for member in tf.getmembers():
-            parts = member.name.split("/", 1)
-            if len(parts) < 2 or not parts[1].startswith(asset.folder_prefix):
-                continue
-            rel = parts[1][len(asset.folder_prefix):]
-            if not rel or rel.startswith("models/"):
-                continue  # the vocab GGUFs are the llama.cpp-models asset
-            member.name = rel
-            tf.extract(member, src, **_EXTRACT_OPTIONS)
-    # the same patched llama.cpp as the engine dev.py installs (backends/patches/)
-    apply_all(src)
-    build = workdir / "build"
-    jobs = str(os.cpu_count() or 2)
-    print(
-        f"building {', '.join(asset.build_targets)} from {archive.name} with cmake + ninja "
-        f"-j{jobs} (once; 5 min measured on 2 idle cores, 22 min on a busy machine) ...",
-        flush=True,
-    )
-    started = time.monotonic()
-    cmake = _build_tool("cmake")
-    env = dict(os.environ, PATH=f"{Path(_build_tool('ninja')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    _run_quietly(
-        [cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", *_LLAMA_SERVER_CMAKE_OPTIONS], env
-    )
-    _run_quietly([cmake, "--build", str(build), "-j", jobs, "--target", *asset.build_targets], env)
+    from backends.accelerator import choose
+    from backends.engine_build import ensure_build
+
+    folder = ensure_build(choose(), say=lambda line: print(line, flush=True))
+    missing = [t for t in asset.build_targets if not (folder / t).is_file()]
+    if missing:
+        raise RuntimeError(f"the engine build {folder} has no {', '.join(missing)}")
     target = cache_dir() / asset.name
-    if target.exists():
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
         shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for exe in asset.build_targets:
-        shutil.copy2(build / "bin" / exe, target / exe)
-    print(f"built {asset.name} in {time.monotonic() - started:.0f} s", flush=True)
+    target.symlink_to(folder, target_is_directory=True)
+    return folder.name
+
+
+def _build_stamp() -> str:
+    from backends.accelerator import choose
+    from backends.engine_build import build_key
+
+    return f"ok {build_key(choose())}\n"
 
 
 def _fetch_sdist_folder(asset: Asset, workdir: Path) -> None:
@@ -312,16 +267,18 @@ def fetch(name: str) -> Path:
     """Fetch one asset unless a verified copy is already cached."""
     asset = ASSETS[name]
     marker = cache_dir() / f".{name}.ok"
-    # a build from other patches is another build: its marker names the patches it was made with
-    stamp = f"ok {patches_digest()}\n" if asset.build_targets else "ok\n"
-    if marker.exists() and marker.read_text() == stamp:
+    # a build for another CPU or accelerator, or from other patches, is another build: the marker names it
+    stamp = _build_stamp() if asset.build_targets else "ok\n"
+    if marker.exists() and marker.read_text() == stamp and (cache_dir() / name).exists():
         return cache_dir() / name
     cache_dir().mkdir(parents=True, exist_ok=True)
+    if asset.build_targets:
+        _link_engine_build(asset)
+        marker.write_text(stamp)
+        return cache_dir() / name
     print(f"fetching test asset {name} ...", flush=True)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-        if asset.build_targets:
-            _build_from_sdist(asset, Path(tmp))
-        elif asset.sdist:
+        if asset.sdist:
             _fetch_sdist_folder(asset, Path(tmp))
         else:
             _fetch_file_asset(asset, Path(tmp))

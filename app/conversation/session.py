@@ -63,6 +63,9 @@ class TurnStats:
     dropped_turns: int = 0  # earlier turns currently left out of the prompt to fit the context
     backend: str = ""
     device: str = ""
+    #: layers on the GPU out of those llama.cpp can offload ("29/29"; "" on the CPU), and the VRAM they take
+    gpu_layers: str = ""
+    vram_mib: int = 0
     tool_call_tokens: int = 0  # of completion_tokens, those inside tool-call markup
     tool_result_tokens: int = 0  # tokens of the tool results sent back to the model
     model_steps: int = 1  # generations in this turn (1 + one per round of tool results)
@@ -698,6 +701,9 @@ class ChatSession:
             context_used=n_prompt + n_reply, context_limit=self.context_size, finish_reason=finish,
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
             backend=info.backend, device=info.device,
+            gpu_layers=(f"{info.offloaded_layers}/{info.total_layers}"
+                        if getattr(info, "offloaded_layers", 0) and getattr(info, "total_layers", 0) else ""),
+            vram_mib=getattr(info, "vram_mib", 0),
             verified=turn.verified, model=info.model_name, template=self.template.name,
             sampling=asdict(self.sampling), reasoning_cut=turn.reasoning_cut,
             drafted_tokens=drafted, accepted_tokens=accepted,

@@ -44,7 +44,7 @@ from app.settings.options import ChatOptions
 from app.tui.attach import Attachments
 from app.tui.branches import Branches
 from app.tui.commands import SlashCommands
-from app.tui.format import error_text, model_bar_text
+from app.tui.format import device_label, error_text, model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import ChatHistory
 from app.tui.inspect import TokenInspectorOpener
@@ -276,7 +276,9 @@ class ChatApp(App):
         info = chat.info
         bar = self.query_one(ModelBar)
         bar.text = model_bar_text(info.model_name or chat.model_path.stem, info.quantization,
-                                  info.backend, info.device, chat.session.template.name,
+                                  info.backend, device_label(info.device, getattr(info, "offloaded_layers", 0),
+                                                             getattr(info, "total_layers", 0)),
+                                  chat.session.template.name,
                                   chat.context_size, getattr(info, "caveat", ""))
         self.meter.limit = chat.context_size
 

@@ -45,6 +45,11 @@ def stats_line(stats: Any) -> str:
     return " · ".join(parts)
 
 
+def device_label(device: str, offloaded: int = 0, total: int = 0) -> str:
+    """``CUDA 29/29 layers`` where layers are on a GPU; the device alone otherwise."""
+    return f"{device} {offloaded}/{total} layers" if device != "CPU" and offloaded and total else device
+
+
 def model_bar_text(model_name: str, quantization: str, backend: str, device: str,
                    template: str, context_size: int, caveat: str = "") -> str:
     """The header line: everything that decides how a prompt becomes tokens and tokens become text.

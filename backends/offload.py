@@ -1,0 +1,161 @@
+"""How many layers go to the GPU, and what they cost there: the arithmetic behind ``--gpu-layers``.
+
+The pinned llama.cpp fits a model to free device memory only in its
+``common`` library (``llama-server --fit``), which the C API the engine
+uses does not expose.  So tokchat fits it the same way from what it can
+read itself: the GGUF's tensor sizes (:mod:`tokenizer.gguf_extents`), the
+KV cache the context needs, and the free VRAM ``nvidia-smi`` reports.  All
+layers go to the GPU when they fit with a margin for llama.cpp's compute
+buffers; otherwise as many whole blocks as fit, the rest on the CPU.
+
+After the load, :func:`read_load_report` reads what llama.cpp actually did
+from its log (``offloaded 29/29 layers to GPU``, each device's model, KV
+and compute buffers), so what tokchat shows is llama.cpp's own account,
+not the estimate.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIB = 1 << 20
+#: kept free for llama.cpp's compute buffers, the CUDA context and cuBLAS workspaces
+RESERVE_BYTES = 768 * MIB
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    """Bytes of each repeating block, and of the rest (embeddings, output head, norms)."""
+
+    blocks: list[int]
+    other: int
+    #: bytes of the output head (``output.weight``, or the tied embeddings): the "+1" layer llama.cpp offloads
+    output: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.blocks) + self.other
+
+
+def model_sizes(path: Path) -> ModelSizes:
+    """Per-block tensor bytes from the GGUF's tensor infos."""
+    from tokenizer.gguf import read_gguf
+    from tokenizer.gguf_extents import tensor_extents
+
+    extents, _ = tensor_extents(path, read_gguf(path, keys=()))
+    blocks: dict[int, int] = {}
+    other = output = 0
+    names = {e.name for e in extents}
+    for e in extents:
+        match = _BLOCK.match(e.name)
+        if match:
+            blocks[int(match.group(1))] = blocks.get(int(match.group(1)), 0) + _nbytes(e)
+            continue
+        other += _nbytes(e)
+        if e.name == "output.weight" or (e.name == "token_embd.weight" and "output.weight" not in names):
+            output = _nbytes(e)
+    return ModelSizes([blocks[i] for i in sorted(blocks)], other, output)
+
+
+def _nbytes(extent) -> int:
+    return (extent.end - extent.start) if extent.end is not None else 0
+
+
+def kv_bytes_per_block(n_ctx: int, kv_heads: int, head_dim: int, bytes_per_value: int = 2) -> int:
+    """The K and V cache of one block for ``n_ctx`` positions (f16, llama.cpp's default cache type)."""
+    return 2 * n_ctx * kv_heads * head_dim * bytes_per_value
+
+
+@dataclass(frozen=True)
+class OffloadPlan:
+    """``n_gpu_layers`` for llama.cpp (-1 = all) and the numbers that chose it."""
+
+    n_gpu_layers: int
+    layers_on_gpu: int
+    total_layers: int  # blocks + the output layer, as llama.cpp counts them
+    need_bytes: int  # VRAM the offloaded part needs (weights + KV cache + reserve)
+    free_bytes: int
+
+    @property
+    def all_on_gpu(self) -> bool:
+        return self.layers_on_gpu == self.total_layers
+
+
+def plan_offload(sizes: ModelSizes, kv_per_block: int, free_bytes: int, reserve: int = RESERVE_BYTES) -> OffloadPlan:
+    """All layers when they fit in ``free_bytes``, else the most whole blocks that do (from the first)."""
+    total_layers = len(sizes.blocks) + 1
+    everything = sizes.total + kv_per_block * len(sizes.blocks) + reserve
+    if everything <= free_bytes:
+        return OffloadPlan(-1, total_layers, total_layers, everything, free_bytes)
+    used = reserve
+    fitted = 0
+    for block in sizes.blocks:
+        if used + block + kv_per_block > free_bytes:
+            break
+        used += block + kv_per_block
+        fitted += 1
+    return OffloadPlan(fitted, fitted, total_layers, used, free_bytes)
+
+
+def free_vram_bytes(run=subprocess.run) -> int | None:
+    """Free memory of the first NVIDIA GPU, from ``nvidia-smi`` (None where it cannot say)."""
+    try:
+        done = run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                   capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = (done.stdout or "").strip().splitlines()[:1]
+    return int(float(first[0])) * MIB if done.returncode == 0 and first and first[0].strip() else None
+
+
+@dataclass
+class LoadReport:
+    """What llama.cpp's log says it did at load: layers offloaded and each buffer's size in MiB."""
+
+    offloaded: int | None = None
+    total: int | None = None
+    #: (device, kind) -> MiB, e.g. ("CUDA0", "model"), ("CUDA0", "KV"), ("CPU_Mapped", "model")
+    buffers: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def gpu_mib(self, kind: str) -> float:
+        return sum(v for (dev, k), v in self.buffers.items() if k == kind and not dev.upper().startswith("CPU"))
+
+    def summary(self) -> str:
+        """``29/29 layers on the GPU · VRAM 934 MiB model + 112 MiB KV cache + 300 MiB compute``."""
+        if not self.offloaded:
+            return ""
+        text = f"{self.offloaded}/{self.total} layers on the GPU"
+        model, kv, compute = self.gpu_mib("model"), self.gpu_mib("KV"), self.gpu_mib("compute")
+        if model:
+            text += f" · VRAM {model:.0f} MiB model + {kv:.0f} MiB KV cache + {compute:.0f} MiB compute"
+        return text
+
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_BUFFER = re.compile(r"(\S+) (model|KV|compute) buffer size =\s*([\d.]+) MiB")
+
+
+def read_load_report(log_text: str) -> LoadReport:
+    """The last load's report in a llama.cpp log (later loads in the same log override earlier ones)."""
+    report = LoadReport()
+    for line in log_text.splitlines():
+        if (m := _OFFLOADED.search(line)):
+            report = LoadReport(int(m.group(1)), int(m.group(2)))
+        elif (m := _BUFFER.search(line)):
+            key = (m.group(1), m.group(2))
+            report.buffers[key] = report.buffers.get(key, 0.0) + float(m.group(3))
+    return report
+
+
+def out_of_memory_message(model_name: str, plan: OffloadPlan | None, n_ctx: int, what: str) -> str:
+    """One line: what did not fit, the numbers, and a setting that would."""
+    if plan is None:
+        return (f"the GPU ran out of memory {what} ({model_name}, context {n_ctx}); try a smaller --ctx, "
+                "or --gpu-layers with fewer layers than the model has")
+    fewer = max(0, plan.layers_on_gpu // 2 if plan.layers_on_gpu else 0)
+    return (f"the GPU ran out of memory {what} ({model_name}: {plan.layers_on_gpu}/{plan.total_layers} layers and "
+            f"a {n_ctx}-token KV cache need about {plan.need_bytes / MIB:.0f} MiB, {plan.free_bytes / MIB:.0f} MiB "
+            f"were free); try --ctx {max(512, n_ctx // 2)} or --gpu-layers {fewer}")

@@ -1,0 +1,272 @@
+"""The GPU check's measurements, run by ``bench/gpu_check.sh`` once the CUDA build and the model exist.
+
+Each part is independent and writes what it saw to ``OUT/results.json``
+(one failing part does not hide the others):
+
+* **ids**: greedy ids from tokchat's engine (in its own process, every layer
+  on the GPU) against ``llama-server`` from the same build, on three chat
+  prompts encoded by tokchat's tokenizer;
+* **speed**: decode tok/s and prompt ids/s, tokchat against llama-server
+  with its defaults, rounds alternating, medians and ratios (speculation off
+  for tokchat, as llama-server's default has none; one row with ``auto``);
+* **kill**: SIGKILL to the engine process mid-reply: one error line, and the
+  next reply starts a new engine that answers;
+* **headless**: ``tokchat --prompt ... --stats`` as a user runs it; the stats
+  line must say CUDA and every layer on the GPU;
+* **tui**: the real Textual app under Pilot: the model bar (the drawn text)
+  says CUDA and every layer, a reply streams; an SVG of the screen is kept.
+
+    python bench/gpu_check.py OUT --model MODEL.gguf --server-bin DIR [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "tui")]
+
+import httpx  # noqa: E402
+
+from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
+from backends.base import BackendError  # noqa: E402
+from tokenizer import load_tokenizer  # noqa: E402
+
+QUESTIONS = ["Write a Python function that parses a CSV file and returns the rows as dictionaries.",
+             "What is the capital of France?", "Explain the difference between a list and a tuple."]
+N_CTX = 8192
+
+
+def chat_prompt(tok, question: str) -> list[int]:
+    return tok.encode(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n", special=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``llama-server`` from the same build, on the model, with its defaults (plus the context size)."""
+
+    def __init__(self, binary: Path, model: Path, log: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+                                      "-c", str(N_CTX), *extra], stdout=log.open("w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("llama-server did not answer /health in 120 s")
+
+    def complete(self, prompt: list[int], n: int) -> dict:
+        body = {"prompt": prompt, "n_predict": n, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": False,
+                "ignore_eos": True, "return_tokens": True, "samplers": ["top_k"], "top_k": 1}
+        return httpx.post(self.url + "/completion", json=body, timeout=600).json()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def local_round(backend, prompt: list[int], n: int) -> tuple[list[int], float, float]:
+    """(ids, decode tok/s after the first id, prompt ids/s) of one greedy reply from an empty cache."""
+    # leave one id in the cache that the prompt does not start with: the whole prompt is then evaluated in
+    # one batch, as llama-server evaluates it (a split batch may round differently: a near-tie can flip)
+    list(backend.generate([prompt[0] ^ 1], SamplingParams(temperature=0, max_tokens=1), set()))
+    sampling = SamplingParams(temperature=0, max_tokens=n, repeat_penalty=1.0)
+    started = time.perf_counter()
+    first = last = None
+    ids = []
+    for token in backend.generate(prompt, sampling, set()):
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        ids.append(token)
+    assert first is not None and last is not None and len(ids) == n, len(ids)
+    evaluated = getattr(backend, "last_prompt_evaluated", len(prompt))
+    return ids, (n - 1) / (last - first), evaluated / (first - started)
+
+
+def load(model: Path, log: Path, **options) -> object:
+    return open_backend(model, LoadOptions(backend="auto", n_ctx=N_CTX, log_path=log, **options))
+
+
+def part_ids(args, results: dict) -> None:
+    tok = load_tokenizer(args.model)
+    backend = load(args.model, args.out / "engine-ids.log", speculative="off")
+    server = Server(args.server_bin / "llama-server", args.model, args.out / "server-ids.log")
+    try:
+        info = backend.info
+        results["engine"] = {"device": info.device, "offloaded_layers": info.offloaded_layers,
+                             "total_layers": info.total_layers, "vram_mib": info.vram_mib, "notes": info.notes}
+        same = []
+        for q in QUESTIONS:
+            prompt = chat_prompt(tok, q)
+            ours, _, _ = local_round(backend, prompt, args.ids)
+            theirs = server.complete(prompt, args.ids)["tokens"]
+            agree = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            same.append({"question": q, "equal": ours == theirs, "agree_through": agree,
+                         "ours": ours[:16], "theirs": theirs[:16]})
+        results["ids"] = same
+        results["ids_equal"] = all(s["equal"] for s in same)
+    finally:
+        backend.close()
+        server.close()
+
+
+def part_speed(args, results: dict) -> None:
+    tok = load_tokenizer(args.model)
+    chat = chat_prompt(tok, QUESTIONS[0])
+    filler = tok.encode("The tide was high at dawn and the boats went out. " * 800)
+    long_prompt = filler[: args.prompt_ids - len(chat)] + chat
+    rows = {}
+    for label, spec in (("off", "off"), ("auto", "auto")):
+        backend = load(args.model, args.out / f"engine-speed-{label}.log", speculative=spec)
+        server = Server(args.server_bin / "llama-server", args.model, args.out / f"server-speed-{label}.log")
+        try:
+            local_round(backend, chat, 8)
+            server.complete(chat, 8)
+            ours_d, theirs_d, ours_p, theirs_p = [], [], [], []
+            for r in range(args.rounds):
+                for who in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+                    if who == "ours":
+                        ours_d.append(local_round(backend, chat, args.decode_ids)[1])
+                        ours_p.append(local_round(backend, long_prompt, 2)[2])
+                    else:
+                        theirs_d.append(server.complete(chat, args.decode_ids)["timings"]["predicted_per_second"])
+                        theirs_p.append(server.complete(long_prompt, 2)["timings"]["prompt_per_second"])
+        finally:
+            backend.close()
+            server.close()
+        rows[label] = {"decode_ours": statistics.median(ours_d), "decode_server": statistics.median(theirs_d),
+                       "prompt_ours": statistics.median(ours_p), "prompt_server": statistics.median(theirs_p),
+                       "rounds": {"ours_d": ours_d, "server_d": theirs_d, "ours_p": ours_p, "server_p": theirs_p}}
+        rows[label]["decode_ratio"] = rows[label]["decode_ours"] / rows[label]["decode_server"]
+        rows[label]["prompt_ratio"] = rows[label]["prompt_ours"] / rows[label]["prompt_server"]
+    results["speed"] = rows
+    results["prompt_ids"] = len(long_prompt)
+
+
+def part_kill(args, results: dict) -> None:
+    tok = load_tokenizer(args.model)
+    backend = load(args.model, args.out / "engine-kill.log", speculative="off")
+    try:
+        first_pid = backend.pid
+        got, error = [], ""
+        try:
+            for token in backend.generate(chat_prompt(tok, QUESTIONS[0]), SamplingParams(temperature=0, max_tokens=2000,
+                                                                                         repeat_penalty=1.0), set()):
+                got.append(token)
+                if len(got) == 5:
+                    os.kill(first_pid, signal.SIGKILL)
+        except BackendError as exc:
+            error = str(exc)
+        again = list(backend.generate(chat_prompt(tok, QUESTIONS[1]), SamplingParams(temperature=0, max_tokens=8), set()))
+        results["kill"] = {"ids_before_error": len(got), "error": error, "one_line": bool(error) and "\n" not in error,
+                           "restarted": backend.pid != first_pid, "ids_after_restart": len(again),
+                           "device_after_restart": backend.info.device,
+                           "layers_after_restart": backend.info.offloaded_layers}
+    finally:
+        backend.close()
+
+
+def part_headless(args, results: dict) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, XDG_DATA_HOME=tmp, XDG_CONFIG_HOME=tmp, XDG_STATE_HOME=tmp)
+        done = subprocess.run([sys.executable, "-m", "app", "--model", str(args.model), "--prompt", "Say hi",
+                               "--max-tokens", "16", "--temperature", "0", "--ctx", "2048", "--stats"],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        doctor = subprocess.run([sys.executable, "-m", "app", "doctor"], capture_output=True, text=True, env=env,
+                                cwd=ROOT, timeout=120)
+    (args.out / "doctor.txt").write_text(doctor.stdout + doctor.stderr)
+    stats_lines = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    stats = json.loads(stats_lines[-1]) if stats_lines else {}
+    results["headless"] = {"returncode": done.returncode, "stdout": done.stdout[-300:], "stderr": done.stderr[-1500:],
+                           "device": stats.get("device"), "gpu_layers": stats.get("gpu_layers"),
+                           "vram_mib": stats.get("vram_mib"), "completion_tokens": stats.get("completion_tokens"),
+                           "doctor_exit": doctor.returncode}
+
+
+def part_tui(args, results: dict) -> None:
+    from tui_helpers import SIZE, send, wait_loaded, wait_reply
+
+    from app.history.store import ChatStore
+    from app.settings.options import ChatOptions
+    from app.tui.app import ChatApp
+
+    async def drive() -> dict:
+        with tempfile.TemporaryDirectory() as tmp, ChatStore(Path(tmp) / "history.sqlite3") as store:
+            options = ChatOptions(model=str(args.model), ctx=2048,
+                                  sampling=SamplingParams(temperature=0.0, max_tokens=24, repeat_penalty=1.0))
+            app = ChatApp(options, store=store)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_loaded(pilot)
+                bar = str(app.query_one("ModelBar").render())
+                await send(pilot, "Hello there")
+                await wait_reply(pilot, timeout_s=120)
+                app.save_screenshot(str(args.out / "tui.svg"))
+                reply = app.session.messages[-1]
+                stats = reply.stats
+                return {"model_bar": bar, "reply_ids": stats.completion_tokens if stats else 0,
+                        "finish": reply.finish_reason, "device": stats.device if stats else "",
+                        "gpu_layers": stats.gpu_layers if stats else ""}
+
+    results["tui"] = asyncio.run(drive())
+
+
+PARTS = {"ids": part_ids, "speed": part_speed, "kill": part_kill, "headless": part_headless, "tui": part_tui}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--server-bin", type=Path, required=True, help="the build folder with llama-server")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ids", type=int, default=64, help="greedy ids compared per prompt")
+    parser.add_argument("--decode-ids", type=int, default=256)
+    parser.add_argument("--prompt-ids", type=int, default=4000)
+    parser.add_argument("--only", default=",".join(PARTS))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"model": args.model.name}
+    for name in args.only.split(","):
+        started = time.monotonic()
+        try:
+            PARTS[name](args, results)
+            results.setdefault("passed_parts", []).append(name)
+        except Exception:  # noqa: BLE001 - a failing part is recorded whole and the others still run
+            results.setdefault("failures", {})[name] = traceback.format_exc()[-3000:]
+        results.setdefault("seconds", {})[name] = round(time.monotonic() - started, 1)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        print(f"gpu_check: {name} done in {results['seconds'][name]} s", flush=True)
+    print(json.dumps({k: v for k, v in results.items() if k not in ("ids",)}, indent=1)[:6000])
+    return 0 if not results.get("failures") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
