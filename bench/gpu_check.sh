@@ -16,6 +16,8 @@ set -uo pipefail
 OUT=${1:?usage: bench/gpu_check.sh OUT}
 mkdir -p "$OUT"
 KIT=${GPU_KIT:-.gpu}
+# the CUDA build or a loud failure (never a silent CPU build on the GPU machine)
+export TOKCHAT_ACCELERATOR=${TOKCHAT_ACCELERATOR:-cuda}
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/tokchat-gpu-cache}
 SITE=/tmp/tokchat-gpu-site
 WORK=/tmp/tokchat-gpu-work
