@@ -98,7 +98,7 @@ def find_hipcc(env: Mapping[str, str], which: Callable[[str], str | None] = shut
     found = which("hipcc")
     if found:
         return found
-    home = Path(env.get("ROCM_PATH") or env.get("HIP_PATH") or _ROCM_DEFAULT)
+    home = Path(env.get("ROCM_PATH") or env.get("HIP_PATH") or str(_ROCM_DEFAULT))
     candidate = home / "bin" / "hipcc"
     return str(candidate) if candidate.is_file() else None
 

@@ -20,7 +20,12 @@ from backends.base import BackendError
 from backends.probe import MachineFacts, SystemProbe
 
 CHOICES = ("auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx")
-_REINSTALL = 'CMAKE_ARGS="{flag}" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+#: the engine is built by tokchat for the accelerator it finds (backends/engine_build.py); a plain pip
+#: reinstall would replace the patched engine with an unpatched one
+_REINSTALL = ("python3 dev.py run (it builds llama.cpp for the {device} GPU it finds; it needs {toolkit} "
+              "and says in one line what is missing)")
+_TOOLKIT = {"cuda": "the CUDA toolkit's nvcc", "rocm": "ROCm's hipcc", "metal": "Xcode's command line tools",
+            "vulkan": "the Vulkan SDK (Vulkan builds are not made by dev.py yet)"}
 #: --backend name -> (engine, llama.cpp library name / device, CMake flag)
 _LLAMA_GPU = {
     "metal": ("metal", "Metal", "-DGGML_METAL=on"),
@@ -42,6 +47,8 @@ class Candidate:
     fix: str | None = None
     #: tried by --backend auto (OpenVINO CPU and MLX off Apple Silicon only when asked)
     in_auto: bool = True
+    #: the hardware this candidate needs is here (a GPU that cannot run is then a GPU left unused)
+    hardware: bool = False
 
     @property
     def label(self) -> str:
@@ -62,6 +69,12 @@ class DetectionReport:
 
     def candidate(self, name: str) -> Candidate:
         return next(c for c in self.candidates if c.name == name)
+
+    def unused_gpu(self, chosen: Candidate) -> Candidate | None:
+        """A GPU that is here but that ``chosen`` leaves idle because it cannot run (None: no such GPU)."""
+        if chosen.device != "CPU":
+            return None
+        return next((c for c in self.candidates if c.hardware and not c.runnable), None)
 
     def to_dict(self) -> dict:
         return {
@@ -148,16 +161,17 @@ def _llama_gpu(name: str, f: MachineFacts, hardware: str | None, missing_hw: str
     r = f.runtime
     if not r.llama_cpp_version:
         return Candidate(name, "llama.cpp", device, False, "llama-cpp-python is not installed",
-                         _REINSTALL.format(flag=flag))
+                         _REINSTALL.format(device=device, toolkit=_TOOLKIT[name]))
     has_lib = lib in r.llama_gpu_libs
     if hardware and has_lib:
         return Candidate(name, "llama.cpp", device, True,
-                         f"{hardware}, and llama-cpp-python has the {device} backend: all layers offloaded")
+                         f"{hardware}, and llama-cpp-python has the {device} backend: every layer that fits "
+                         "goes to the GPU", hardware=True)
     if hardware:
         return Candidate(name, "llama.cpp", device, False,
-                         f"{hardware}, but this llama-cpp-python has no {device} backend "
+                         f"{hardware}, but the engine was built without {device} "
                          f"(no libggml-{lib} in {r.llama_lib_dir or 'its lib folder'})",
-                         _REINSTALL.format(flag=flag))
+                         _REINSTALL.format(device=device, toolkit=_TOOLKIT[name]), hardware=True)
     why = f"this llama-cpp-python has the {device} backend, but " if has_lib else ""
     return Candidate(name, "llama.cpp", device, False, f"{why}{missing_hw}")
 

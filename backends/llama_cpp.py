@@ -48,6 +48,8 @@ from backends.worker import GenerationWorker
 
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
 PREFILL_CHUNK = 256
+#: the same with layers on a GPU, which evaluates 2,048 ids in a few tens of milliseconds
+GPU_PREFILL_CHUNK = 2048
 
 __all__ = ["LlamaCppBackend", "available_cpus", "default_threads", "PREFILL_CHUNK"]
 
@@ -100,6 +102,7 @@ class LlamaCppBackend:
         self._worker: GenerationWorker | None = None
         self._model_path: Path | None = None
         self._model_identity: tuple[int, int] | None = None
+        self._prefill_chunk = PREFILL_CHUNK
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
@@ -116,8 +119,12 @@ class LlamaCppBackend:
         n_ctx = options.n_ctx or meta.default_ctx()
         gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers)
         threads = options.n_threads or default_threads()
+        # on a GPU, llama.cpp's own logical batch (2048, as llama-server): 256-id calls left the GPU idle
+        # between them (prompt 20,150 vs llama-server's 26,936 ids/s on an H100, 4,000 ids)
+        n_batch = GPU_PREFILL_CHUNK if gpu_layers != 0 else 512
+        self._prefill_chunk = GPU_PREFILL_CHUNK if gpu_layers != 0 else PREFILL_CHUNK
         params = EngineParams(n_ctx=n_ctx, n_threads=threads, n_gpu_layers=gpu_layers,
-                              flash_attn=options.flash_attn, repack=options.repack)
+                              flash_attn=options.flash_attn, repack=options.repack, n_batch=n_batch)
         try:
             self.log_path = capture_llama_log(options.log_path)
         except ImportError as exc:
@@ -194,11 +201,12 @@ class LlamaCppBackend:
         engine.truncate(keep)
         total = len(prompt) - keep
         started = time.monotonic()
-        for start in range(keep, len(prompt), PREFILL_CHUNK):
+        chunk = self._prefill_chunk
+        for start in range(keep, len(prompt), chunk):
             if cancelled():
                 return False
             self._report(PromptProgress(start - keep, total, started))
-            engine.decode(prompt[start : start + PREFILL_CHUNK])
+            engine.decode(prompt[start : start + chunk])
         self._report(PromptProgress(total, total, started))
         return True
 

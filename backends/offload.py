@@ -121,7 +121,8 @@ class LoadReport:
     buffers: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def gpu_mib(self, kind: str) -> float:
-        return sum(v for (dev, k), v in self.buffers.items() if k == kind and not dev.upper().startswith("CPU"))
+        return sum(v for (dev, k), v in self.buffers.items()
+                   if k == kind and not dev.upper().startswith("CPU") and not dev.endswith("_Host"))
 
     def summary(self) -> str:
         """``29/29 layers on the GPU · VRAM 934 MiB model + 112 MiB KV cache + 300 MiB compute``."""

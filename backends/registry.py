@@ -75,6 +75,11 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
             notes.append(f"--backend {candidate.name}: {candidate.label}")
         else:
             notes.append(f"fell back to {candidate.name} ({candidate.label}): {candidate.reason}")
+        idle = report.unused_gpu(candidate)
+        if idle is not None:
+            # never a silent CPU run on a GPU machine: the model bar keeps this caveat in sight
+            backend.info.caveat = backend.info.caveat or f"GPU unused: {idle.reason}"
+            notes.append(f"the {idle.device} GPU is unused: {idle.reason}; fix: {idle.fix}")
         backend.info.notes = notes + backend.info.notes
         return backend
     raise BackendError(" ; ".join(notes) or "no backend could load the model")

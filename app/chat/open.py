@@ -171,6 +171,7 @@ def _start_engine(options: ChatOptions, path: Path, header: Any) -> Any:
 
     return start_backend(path, LoadOptions(backend=options.backend, device=options.device,
                                            n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
+                                           n_gpu_layers=options.gpu_layers,
                                            speculative=options.speculative, draft_model=options.draft_model))
 
 

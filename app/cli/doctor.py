@@ -64,6 +64,7 @@ def engine_lines() -> list[str]:
                          "remembers that")
     else:
         lines.append("amx: this CPU has no AMX, llama.cpp's AMX kernel is not used")
+    lines.append(build_line())
     stamp = Path(sys.prefix) / ".tokchat-engine"
     if stamp.is_file():
         built_here = f"cpu{build_fingerprint()}" in stamp.read_text()
@@ -71,6 +72,33 @@ def engine_lines() -> list[str]:
                      "engine build: made for ANOTHER CPU (it may die of SIGILL here): run `python3 dev.py run` "
                      "to build it for this one")
     return lines
+
+
+def build_line() -> str:
+    """Which llama.cpp build the engine loads: its ``build.json`` beside the libraries (backends/engine_build.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    from backends.accelerator import choose
+    from backends.engine_build import build_key
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return "engine build: llama-cpp-python is not installed (run `python3 dev.py run`)"
+    info_path = Path(next(iter(spec.submodule_search_locations))) / "lib" / "build.json"
+    try:
+        info = json.loads(info_path.read_text())
+    except (OSError, ValueError):
+        return "engine build: not tokchat's (no build.json beside libllama): run `python3 dev.py run` to build it"
+    try:
+        wanted = build_key(choose())
+    except ValueError as exc:
+        wanted = f"? ({exc})"
+    text = f"engine build: {info.get('accelerator_label', '?')}, key {info.get('key')}"
+    if info.get("key") != wanted:
+        text += f"; this machine wants {wanted}: run `python3 dev.py run` to build it"
+    missing = choose().missing if "?" not in wanted else ""
+    return text + (f"; {missing}" if missing else "")
 
 
 def run(args: argparse.Namespace) -> int:

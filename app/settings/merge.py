@@ -31,7 +31,7 @@ DEFAULTS_SOURCE = "default.toml"
 #: CLI flag (argparse dest) -> setting; a flag left out is None and does not count
 FLAG_SETTINGS: dict[str, str] = {
     "model": "model.default", "backend": "model.backend", "device": "model.device",
-    "ctx": "model.context_size", "threads": "model.threads",
+    "ctx": "model.context_size", "threads": "model.threads", "gpu_layers": "model.gpu_layers",
     "speculative": "model.speculative", "draft_model": "model.draft_model", "template": "chat.template", "template_file": "chat.template_file",
     "system": "chat.system_prompt", "think": "chat.thinking", "show_thinking": "chat.show_thinking",
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
@@ -149,6 +149,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         sampling=sampling,
         ctx=ctx,
         threads=v["model.threads"] or None,
+        gpu_layers=None if v["model.gpu_layers"] < 0 else v["model.gpu_layers"],
         speculative=v["model.speculative"],
         draft_model=Path(v["model.draft_model"]).expanduser() if v["model.draft_model"] else None,
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
