@@ -4,8 +4,10 @@ llama.cpp is the oracle twice: on the Q4_1 file as users run it, and on the
 same weights dequantized to F32 by its own quantize API (exact arithmetic).
 What held when this was written (see the README's fidelity table): MLX agrees
 with the exact computation at every one of 300 positions, and with llama.cpp's
-Q4_1 kernel at 98%; llama.cpp's Q4_1 kernel itself agrees with the exact
-computation at about 97% (its dot products quantize activations to 8 bits).
+Q4_1 kernel at 96.7 to 98% depending on the CPU; llama.cpp's Q4_1 kernel itself
+agrees with the exact computation about as often (its dot products quantize
+activations to 8 bits), so that figure is reported, and the test asserts the
+relation that holds on every CPU instead.
 At default settings MLX's greedy replies equal llama.cpp's on the exact weights
 for all 6 prompts (llama.cpp's own Q4_1 kernel: 3 of 6).
 """
@@ -32,8 +34,12 @@ def test_mlx_agrees_with_llama_cpp_on_the_same_weights(smollm_path, tmp_path):
     assert llama.agreement == 1.0 and llama.identical_replies == len(PROMPTS)  # the reference against itself
     # MLX is the exact computation of the file's weights, position for position
     assert mlx.exact_agreeing >= 0.99 * POSITIONS, mlx
-    # against llama.cpp's Q4_1 kernel only its near-ties (logit margins under 0.2) may differ
-    assert mlx.agreement >= 0.97, mlx
+    # against llama.cpp's Q4_1 kernel MLX differs exactly where that kernel differs from the exact
+    # computation, give or take the positions where MLX itself is not exact.  How often the kernel rounds
+    # a near-tie the other way depends on the CPU's kernel (98% on the AMX Xeon, 96.7% on an AMD EPYC):
+    # a measurement the table above reports, not a floor to assert
+    assert llama.exact_agreeing is not None
+    assert abs(mlx.agreeing - llama.exact_agreeing) <= POSITIONS - mlx.exact_agreeing, (mlx, llama)
     # default settings (repeat penalty 1.1 over the last 64 ids), greedy: the issue's prompt, the same reply
     assert PROMPTS[0] == "List three fruits, one per line."
     shared, length = mlx.shared[0]

@@ -297,6 +297,40 @@ class _Tmux:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
 
+def engine_pids(parent: int) -> list[int]:
+    """The engine-host processes whose parent is ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+            cmdline = (entry / "cmdline").read_bytes() if stat else b""
+        except OSError:  # a process that ended while the list was read
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"backends.engine_host" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _wait_for_saved_partial(tmp_path: Path, timeout_s: float) -> None:
+    """Until the history holds the second turn's reply with some text in it (the recorder saves it at once)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with ChatStore(_db(tmp_path)) as store:
+            messages = store.load(store.last_conversation_id()).messages
+        if len(messages) >= 4 and messages[3].role == "assistant" and messages[3].content.strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the reply's first words were not saved")
+
+
+def _resume(pid: int) -> None:
+    """SIGCONT to a held engine, unless it has already gone (a SIGKILL'd chat can take it along)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return  # the engine went with the chat: nothing to let go
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_a_signal_mid_reply_in_the_tui_loses_no_committed_turn(signum, smollm_path, tmp_path):
@@ -321,10 +355,16 @@ def test_a_signal_mid_reply_in_the_tui_loses_no_committed_turn(signum, smollm_pa
         tmux.wait(lambda s: STORY[:40] in s, 10, "the story prompt in the box")
         tmux.run("send-keys", "-t", tmux.name, "Enter")
         tmux.wait(lambda s: "esc Stop" in s, 30, "the reply to start")
-        time.sleep(2.5)  # let it stream (and be saved) for a while
-        assert "esc Stop" in tmux.screen(), "the reply ended before the signal"
         pid = tmux.app_pid()
+        (engine,) = engine_pids(pid)
+        # hold the engine at a known point mid-reply, so the verdict never depends on how fast this machine
+        # finishes the reply: once its first words are saved, the engine is stopped (SIGSTOP) until the signal
+        # has been sent, and then let go (a killed chat's engine sees its parent gone and exits)
+        _wait_for_saved_partial(tmp_path, timeout_s=60)
+        os.kill(engine, signal.SIGSTOP)
+        assert "esc Stop" in tmux.screen(), "the reply ended before the engine was held"
         os.kill(pid, signum)
+        _resume(engine)
         screen = tmux.wait(lambda s: "TOKCHAT-EXITED" in s, 60, "tokchat to end")
         with ChatStore(_db(tmp_path)) as store:
             assert store.integrity_check() == "ok"
