@@ -46,6 +46,16 @@ class EngineParams:
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 
+def _decode_failure(code: int, n_ids: int, on_gpu: bool) -> str:
+    """Why ``llama_decode`` refused a batch, in words; on a GPU a fatal error is mostly its memory."""
+    if code == 1:
+        return "(no room left in the context)"
+    if code < -1 and on_gpu:
+        return (f"of {n_ids} ids (llama_decode returned {code}: the GPU is most likely out of memory; a smaller "
+                "--ctx or fewer --gpu-layers leaves it more)")
+    return f"(llama_decode returned {code})"
+
+
 class LlamaEngine:
     """One loaded GGUF; see the module docstring.  Not thread-safe: one thread uses it."""
 
@@ -132,10 +142,8 @@ class LlamaEngine:
                 # a failed batch leaves the cache uncertain: start from nothing next time
                 lib.llama_memory_clear(self._memory, True)
                 self.tokens.clear()
-                raise LlamaEngineError(
-                    "llama.cpp could not evaluate the batch "
-                    + ("(no room left in the context)" if code == 1 else f"(llama_decode returned {code})")
-                )
+                raise LlamaEngineError("llama.cpp could not evaluate the batch " + _decode_failure(
+                    code, len(chunk), self.params.n_gpu_layers != 0))
             self.tokens.extend(int(t) for t in chunk)
             self.evaluated += len(chunk)
 
