@@ -22,6 +22,7 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+STARTED = time.monotonic()
 VENV = Path(os.environ.get("TOKCHAT_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
@@ -137,7 +138,9 @@ def test(args: list[str]) -> int:
              "hardening and fuzz-replay tests under it (tests/fuzz/run_sanitized.py) ...")
         return subprocess.call([str(PY), str(ROOT / "tests" / "fuzz" / "run_sanitized.py"), *args], cwd=ROOT)
     _say(f"test assets ready ({_took(start)}); running the tests ...")
-    code = subprocess.call([str(PY), "-m", "pytest", *args], cwd=ROOT)
+    # the set-up's time goes into pytest's summary (tests/conftest.py), beside the suite's
+    env = dict(os.environ, TOKCHAT_SETUP_SECONDS=str(round(time.monotonic() - STARTED)))
+    code = subprocess.call([str(PY), "-m", "pytest", *args], cwd=ROOT, env=env)
     if code == 5:
         print("pytest collected no tests: that is a failure here", file=sys.stderr)
         return 1

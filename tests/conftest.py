@@ -5,7 +5,9 @@ is skipped.
 """
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,22 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from assets import asset_path  # noqa: E402
+
+_SUITE_STARTED = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Set-up and suite times in every run's summary (``dev.py test`` passes its set-up seconds), so drift shows."""
+    setup = os.environ.get("TOKCHAT_SETUP_SECONDS")
+    suite = time.monotonic() - _SUITE_STARTED
+    parts = [f"set-up {_minutes(float(setup))}"] if setup else []
+    parts.append(f"suite {_minutes(suite)}")
+    terminalreporter.write_line(f"tokchat timing: {', '.join(parts)} ({os.cpu_count()} CPUs, load average "
+                                f"{os.getloadavg()[0]:.1f})")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds) // 60} min {int(seconds) % 60} s"
 
 
 @pytest.fixture(scope="session")
