@@ -15,17 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from templates.chat_template import ChatTemplate
+from templates.names import BUILTINS, NAMES
 from templates.sandbox import TemplateError
 from templates.thinking import has_thinking_switch
 
-#: built-in name -> (file in this package, supports_thinking)
-BUILTINS: dict[str, tuple[str, bool]] = {
-    "chatml": ("chatml.jinja", False),
-    "chatml-think": ("chatml-think.jinja", True),
-    "llama3": ("llama3.jinja", False),
-    "gemma": ("gemma.jinja", False),
-}
-NAMES = ("auto", "model", *BUILTINS)
+__all__ = ["BUILTINS", "NAMES", "builtin", "detect_family", "resolve_template"]
 
 #: family -> the marker that identifies it, checked in this order
 _FAMILY_MARKERS: tuple[tuple[str, str], ...] = (

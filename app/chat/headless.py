@@ -3,7 +3,8 @@
 * the reply goes to stdout as it is generated; with ``--show-thinking`` the
   reasoning goes to stderr (it is never mixed into stdout);
 * notices (template fallback, dropped turns) and errors go to stderr, one line each;
-* ``--stats`` writes one JSON line of :class:`app.conversation.session.TurnStats` to stderr at the end;
+* ``--stats`` writes one JSON line of :class:`app.conversation.session.TurnStats` to stderr at the end,
+  always a line of its own (reasoning shown without a final newline is ended first, see :class:`_Stderr`);
 * Ctrl-C cancels the generation cleanly: the partial reply stays printed, the stats line
   (``finish_reason: "cancelled"``) is still written, and the exit status is 130.  A
   second Ctrl-C interrupts at once.  SIGTERM (``timeout``, systemd, docker) and SIGHUP
@@ -44,7 +45,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                  out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted."""
     out = out or sys.stdout
-    err = err or sys.stderr
+    err = _Stderr(err or sys.stderr)
     from app.chat.open import open_chat
 
     chat = open_chat(options, backend=backend)
@@ -71,11 +72,14 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     if steer == "refused":
         session.backend.close()
         return 2
-    if recorder is not None and steer != "continue":
+    # a message the session will refuse (too long for the context, a template that cannot render it) is
+    # not stored: the session says why in its own error event, and the history stays as it was
+    if recorder is not None and steer == "send" and session.refusal(prompt) is None:
         # model name and template are known only now that the model is loaded
         if options.resume is None:
             recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
         recorder.on_user(ChatMessage("user", prompt))
+    kept = len(session.messages)  # the session appends the user's message and its reply only if it takes them
     status = 0
     wrote_content = False
     stoppable = tools.loop if tools is not None else session
@@ -94,8 +98,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     reply_out.write(event.text)
                     wrote_content = wrote_content or bool(event.text)
                 elif event.kind == "reasoning" and options.show_thinking:
-                    err.write(event.text)
-                    err.flush()
+                    err.reasoning(event.text)
                 elif event.kind in ("notice", "error"):
                     print(f"tokchat: {event.text}", file=err)
                     status = 2 if event.kind == "error" else status
@@ -110,7 +113,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                         from app.history.export import finite
 
                         print(json.dumps(finite(asdict(event.stats))), file=err, flush=True)
-            reply = session.messages[-1] if session.messages and session.messages[-1].role == "assistant" else None
+            reply = _this_turns_reply(session, kept, continued=steer == "continue")
             if recorder is not None and reply is not None:
                 recorder.on_reply(reply)
         if reply_out.broken is not None:
@@ -124,6 +127,19 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
             tools.close()
         session.backend.close()
     return status
+
+
+def _this_turns_reply(session: ChatSession, kept: int, *, continued: bool) -> ChatMessage | None:
+    """The reply this run produced, or None when the session refused the message.
+
+    ``kept``: how many messages the session held before the turn.  A refused message leaves the
+    session as it was, so its last message is an earlier turn's reply: storing that again would
+    invent an answer.  A continued reply (``--continue``) is that last message, grown in place."""
+    if not session.messages or session.messages[-1].role != "assistant":
+        return None
+    if continued or len(session.messages) > kept:
+        return session.messages[-1]
+    return None
 
 
 def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> str:
@@ -140,13 +156,18 @@ def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextI
     except ConfigError as exc:
         print(f"tokchat: {exc}", file=err)
     if options.resume is not None:
-        from app.history.resume import ResumeError, resume_into
+        from app.history.resume import ResumeError, resume_into, settled_length
 
         try:
-            resume_into(session, options.resume, recorder)
+            stored = resume_into(session, options.resume, recorder)
         except ResumeError as exc:
             print(f"tokchat: {exc}", file=err)
             return "refused"
+        left = len(stored.messages) - settled_length(stored.messages)
+        if left:
+            print(f"tokchat: --resume {options.resume}: the last {left} message{'s' if left != 1 else ''} "
+                  f"{'have' if left != 1 else 'has'} no finished reply (another tokchat may be writing it): "
+                  "left out, and this turn becomes its sibling", file=err)
     if not options.continue_reply:
         return "send"
     why = session.continue_refusal()
@@ -210,6 +231,34 @@ def _print_tool_event(event: Any, err: TextIO) -> None:
         outcome = event.data
         print(f"tokchat: tool result {outcome.call.name} [{outcome.status}, {outcome.tokens} tokens]: "
               f"{preview(outcome.text)}", file=err)
+
+
+class _Stderr:
+    """stderr for a headless run: the reasoning as it streams (``--show-thinking``) and whole lines
+    (notices, tool calls, the ``--stats`` JSON).  Reasoning need not end in a newline, and the
+    next line must not be glued to it (a script reads the stats as the last line, whole): a line
+    written after unfinished reasoning starts on a line of its own."""
+
+    def __init__(self, err: TextIO) -> None:
+        self._err = err
+        self._mid_line = False  # reasoning was written that did not end its line
+
+    def reasoning(self, text: str) -> None:
+        if not text:
+            return
+        self._err.write(text)
+        self._err.flush()
+        self._mid_line = not text.endswith("\n")
+
+    def write(self, text: str) -> int:
+        """What ``print(..., file=err)`` calls: the line starts after any unfinished reasoning."""
+        if self._mid_line and text:
+            self._err.write("\n")
+            self._mid_line = False
+        return self._err.write(text)
+
+    def flush(self) -> None:
+        self._err.flush()
 
 
 class _ReplyOut:

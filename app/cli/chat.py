@@ -10,7 +10,9 @@ import os
 import sys
 from typing import Any, BinaryIO, Callable
 
+from app.cli.ids import conversation_id
 from app.errors import CLIError
+from templates.names import NAMES as TEMPLATE_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--attach", action="append", metavar="PATH",
         help="attach a text file to the --prompt message (repeat for several)")
     add("--system", "-s", help="system prompt")
-    add("--template", choices=["auto", "model", "chatml", "chatml-think", "llama3", "gemma"],
+    add("--template", choices=TEMPLATE_NAMES,
         help="chat template (default auto: the model's own if it renders, else the detected family)")
     add("--template-file", help="a Jinja chat template file to use instead")
     add("--backend", choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx"],
@@ -51,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ctx", type=int, help="context size in tokens")
     add("--threads", "-t", type=int, help="llama.cpp threads (default: llama.cpp's own, the physical cores; "
         "llama.cpp -t, Ollama num_thread)")
+    add("--gpu-layers", "-ngl", type=int, dest="gpu_layers",
+        help="layers on the GPU (default: all that fit in free VRAM, the rest on the CPU; 0 = CPU only; "
+        "llama.cpp -ngl, Ollama num_gpu)")
     add("--speculative", choices=("auto", "off", "ngram", "draft"),
         help="speculative decoding in the local engine: auto (draft from the conversation's own ids, off in a "
         "reply where drafts keep failing), off, ngram (always), draft (a --draft-model); greedy replies are "
@@ -63,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     think.add_argument("--no-think", dest="think", action="store_false", help="disable thinking")
     add("--reasoning-budget", type=int, metavar="N", help="after N reasoning ids, close the think block "
         "(the model's end-of-thinking ids) so the answer starts; -1 = no limit (llama.cpp --reasoning-budget)")
-    add("--resume", type=int, metavar="ID", help="headless: go on with stored conversation ID "
+    add("--resume", type=conversation_id, metavar="ID", help="headless: go on with stored conversation ID "
         "(`tokchat export --list`): --prompt adds a message, --continue continues its last reply")
     add("--continue", dest="continue_reply", action="store_true", default=False,
         help="headless, with --resume: continue the last reply (cut by --max-tokens or stopped) from its ids")

@@ -35,16 +35,20 @@ def _toml_value(value: object) -> str:
 def show(args: argparse.Namespace) -> int:
     from app.models.preset_match import load_settings
 
+    from app.cli.terminal import shown_json
+
     settings = load_settings(args)
     v, sources = settings.values, settings.sources
+    # values are written as TOML/JSON strings; to a terminal their controls become \uXXXX, valid in both
+    out = shown_json
     if args.json:
-        print(json.dumps({k: {"value": v[k], "source": sources[k]} for k in v}, indent=2, ensure_ascii=False))
+        print(out(json.dumps({k: {"value": v[k], "source": sources[k]} for k in v}, indent=2, ensure_ascii=False)))
         return 0
-    print(f"# files: {', '.join(str(p) for p in settings.files)}")
+    print(out(f"# files: {', '.join(str(p) for p in settings.files)}"))
     if settings.preset is not None:
-        print(f"# model: {settings.model_path} -> preset {settings.preset.name} ({settings.preset.path})")
+        print(out(f"# model: {settings.model_path} -> preset {settings.preset.name} ({settings.preset.path})"))
     elif settings.preset_note:
-        print(f"# {settings.preset_note}")
+        print(out(f"# {settings.preset_note}"))
     lines, section = [], None
     for key, value in v.items():
         head, name = key.split(".", 1)
@@ -54,7 +58,7 @@ def show(args: argparse.Namespace) -> int:
         lines.append((sources[key], f"{name} = {_toml_value(value)}"))
     width = min(max(len(text) for src, text in lines if src), 40)
     for src, text in lines:
-        print(f"{text:<{width}}  # {src}" if src else text)
+        print(out(f"{text:<{width}}  # {src}" if src else text))
     return 0
 
 

@@ -11,11 +11,12 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from app.cli.ids import conversation_id
 from app.errors import CLIError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", nargs="?", type=int, help="conversation id (see --list)")
+    parser.add_argument("id", nargs="?", type=conversation_id, help="conversation id (see --list)")
     parser.add_argument("--last", action="store_true", help="the most recently active conversation")
     parser.add_argument("--format", "-f", choices=["md", "json"],
                         help="md (default; json when -o ends in .json)")
@@ -27,10 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list(store, search: str | None) -> int:
+    from app.cli.terminal import cell, shown
+
     rows = store.list_conversations(search=search)
     for c in rows:
         when = datetime.fromtimestamp(c.updated_at).strftime("%Y-%m-%d %H:%M")
-        print(f"{c.id:>5}  {when}  {c.message_count:>3} msgs  {c.model_name or Path(c.model_path).name:<24.24}  {c.title}")
+        model = cell(c.model_name or Path(c.model_path).name)
+        # titles come from what was typed or imported: one line each, inert on a terminal
+        print(shown(f"{c.id:>5}  {when}  {c.message_count:>3} msgs  {model:<24.24}  {cell(c.title)}"))
     if not rows:
         print("no conversations" + (f" containing {search!r}" if search else ""), file=sys.stderr)
     return 0
@@ -84,5 +89,8 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
         print(f"wrote conversation {conv_id} to {args.output}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        from app.cli.terminal import shown, shown_json
+
+        # to a terminal the text is made inert (a message may hold escape sequences); a pipe gets it exact
+        sys.stdout.write(shown_json(text) if fmt == "json" else shown(text))
     return 0

@@ -78,13 +78,16 @@ def run(args: argparse.Namespace) -> int:
     facts = describe(tok)
     facts["weights"] = weights(str(facts["source"]))
     problem = (facts["weights"] or {}).get("problem")
+    from app.cli.terminal import shown, shown_json
+
+    # metadata, token texts and the template come from the file: inert on a terminal, exact to a pipe
     if args.json:
-        print(json.dumps(facts, ensure_ascii=False, indent=2))
+        print(shown_json(json.dumps(facts, ensure_ascii=False, indent=2)))
         if problem:
             print(f"tokchat: {problem}", file=sys.stderr)
         return 2 if problem else 0
     if args.template:
-        sys.stdout.write((tok.chat_template or "") + "\n")
+        sys.stdout.write(shown((tok.chat_template or "") + "\n"))
         return 0
 
     def show(entry):
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if facts["weights"] is not None:
         state = "CUT SHORT (see below)" if problem else "all inside the file"
         out.append(_line("tensors", f"{facts['weights']['tensors']}, {state}"))
-    print("\n".join(out))
+    print(shown("\n".join(out)))
     if problem:
         print(f"tokchat: {problem}", file=sys.stderr)
         return 2

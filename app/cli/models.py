@@ -40,16 +40,19 @@ def run(args: argparse.Namespace) -> int:
 
     dirs = [Path(d).expanduser() for d in read_settings().values["model.dirs"]]
     entries, problems = catalog(dirs + [Path(d) for d in args.dir])
+    from app.cli.terminal import cell, shown, shown_json
+
     if args.json:
         for entry in entries:
-            print(json.dumps(entry.as_json(), ensure_ascii=False))
+            print(shown_json(json.dumps(entry.as_json(), ensure_ascii=False)))
     else:
-        rows = [(e.info.name, e.info.architecture, e.info.quantization, _size(e.info.size_bytes),
-                 _context(e.info.context_length), human_age(e.last_used), e.model_arg) for e in entries]
+        # names come from the files' own metadata and names: one line each, inert on a terminal
+        rows = [(cell(e.info.name), cell(e.info.architecture), cell(e.info.quantization), _size(e.info.size_bytes),
+                 _context(e.info.context_length), human_age(e.last_used), cell(e.model_arg)) for e in entries]
         header = ("NAME", "ARCH", "QUANT", "SIZE", "CTX", "USED", "--model")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
         for row in [header, *rows]:
-            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[6])
+            print(shown("  ".join(f"{text:<{w}}" for text, w in zip(row, widths)) + "  " + row[6]))
         if not entries:
             print("no models found (`tokchat pull qwen2.5` downloads one; or add directories to model.dirs "
                   "in config.toml)")

@@ -7,9 +7,10 @@ schema, so an unknown key or a wrong type is a :class:`ConfigError` naming
 the file, the key and what was expected.
 
 This is the bottom of the settings: it reads and checks files and imports
-nothing of the app.  Merging the layers (default.toml < the model's preset <
-the user's ``config.toml`` < flags) is :mod:`app.settings.merge`; matching a
-model's preset, which reads the model, is :mod:`app.models.preset_match`.
+nothing of the app (the template names come from :mod:`templates.names`, below
+the app).  Merging the layers (default.toml < the model's preset < the user's
+``config.toml`` < flags) is :mod:`app.settings.merge`; matching a model's
+preset, which reads the model, is :mod:`app.models.preset_match`.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from templates.names import NAMES as TEMPLATE_NAMES
 
 try:
     import tomllib
@@ -37,8 +40,9 @@ class ConfigError(Exception):
 class Setting:
     """One setting's type and range; ``choices`` limits a string to those values.
 
-    Numbers are always finite (NaN and infinity are refused); ``minimum`` and
-    ``maximum`` include the bound, ``above`` excludes it.
+    Numbers are always finite (NaN and infinity are refused) and every number in :data:`SCHEMA`
+    has a ``maximum`` (a test holds it to that); ``minimum`` and ``maximum`` include the bound,
+    ``above`` excludes it.
     """
 
     kind: str  # "string" | "boolean" | "integer" | "number" | "strings"
@@ -48,7 +52,37 @@ class Setting:
     above: float | None = None
 
 
-_S, _B, _I, _N = Setting("string"), Setting("boolean"), Setting("integer", minimum=0), Setting("number", minimum=0)
+_S, _B = Setting("string"), Setting("boolean")
+
+# Upper bounds.  Every number has one, so that a typo or a hostile file is one line here, not an
+# OverflowError deep in a timer (1e308 seconds is past time_t) nor a value C wraps silently (llama.cpp's
+# n_ctx is 32 bits: 4294967808 became 512).
+#: tokens in a context, a reply, a budget or a window: 16 Mi, past every released model's context
+MAX_TOKENS = 1 << 24
+#: more layers than any model has (llama.cpp's -ngl 999 means "all")
+MAX_GPU_LAYERS = 999
+#: llama.cpp's own limit on threads (GGML_MAX_N_THREADS in ggml.h)
+MAX_THREADS = 512
+#: seconds any wait may be set to: one day (a timer's deadline must stay a representable time)
+MAX_TIMEOUT_S = 86400.0
+#: a seed: TOML's own integer range (a reply uses it modulo 2**32, see backends.base.resolve_seed)
+MAX_SEED = (1 << 63) - 1
+#: counts of things (files, steps, lines): far past any real use
+MAX_COUNT = 1_000_000
+
+
+def _tokens(minimum: float) -> Setting:
+    return Setting("integer", minimum=minimum, maximum=MAX_TOKENS)
+
+
+def _timeout(minimum: float) -> Setting:
+    return Setting("number", minimum=minimum, maximum=MAX_TIMEOUT_S)
+
+
+def _count(minimum: float) -> Setting:
+    return Setting("integer", minimum=minimum, maximum=MAX_COUNT)
+
+
 KEY_ACTIONS = ("send", "newline", "cancel", "new_chat", "toggle_sidebar", "toggle_thinking",
                "regenerate", "edit_last", "quit")
 
@@ -58,46 +92,47 @@ SCHEMA: dict[str, Setting] = {
     "model.dirs": Setting("strings"),
     "model.backend": Setting("string", ("auto", "cpu", "cuda", "rocm", "vulkan", "metal", "openvino", "mlx")),
     "model.device": Setting("string", ("", "CPU", "GPU", "NPU")),
-    "model.context_size": _I,
-    "model.threads": _I,
+    "model.context_size": _tokens(0),  # 0: the model's own
+    "model.threads": Setting("integer", minimum=0, maximum=MAX_THREADS),  # 0: llama.cpp's default
+    "model.gpu_layers": Setting("integer", minimum=-1, maximum=MAX_GPU_LAYERS),  # -1: all that fit
     "model.speculative": Setting("string", ("auto", "off", "ngram", "draft")),
     "model.draft_model": _S,
-    "chat.template": Setting("string", ("auto", "model", "chatml", "llama3", "gemma")),
+    "chat.template": Setting("string", TEMPLATE_NAMES),  # the one list (templates.names), as --template's
     "chat.template_file": _S,
     "chat.system_prompt": _S,
     "chat.thinking": Setting("string", ("auto", "on", "off")),
     "chat.show_thinking": _B,
-    "chat.reasoning_budget": Setting("integer", minimum=-1),
+    "chat.reasoning_budget": _tokens(-1),
     "chat.stats": _B,
-    "sampling.temperature": _N,
+    "sampling.temperature": Setting("number", minimum=0, maximum=100),
     "sampling.top_p": Setting("number", minimum=0, maximum=1),
-    "sampling.top_k": _I,
+    "sampling.top_k": _tokens(0),  # past the largest vocabulary: the same as 0, off
     "sampling.min_p": Setting("number", minimum=0, maximum=1),
     # 0 divides every logit by zero: llama.cpp then samples nothing but its first id (an empty reply)
-    "sampling.repeat_penalty": Setting("number", above=0),
-    "sampling.repeat_last_n": Setting("integer", minimum=-1),
-    "sampling.max_tokens": Setting("integer", minimum=1),
-    "sampling.seed": Setting("integer", minimum=-1),
+    "sampling.repeat_penalty": Setting("number", above=0, maximum=100),
+    "sampling.repeat_last_n": _tokens(-1),
+    "sampling.max_tokens": _tokens(1),
+    "sampling.seed": Setting("integer", minimum=-1, maximum=MAX_SEED),
     "history.enabled": _B,
-    "attach.max_bytes": Setting("integer", minimum=1),
-    "attach.max_tokens": Setting("integer", minimum=1),
-    "attach.max_files": Setting("integer", minimum=1),
-    "paste.chip_tokens": Setting("integer", minimum=1),
-    "paste.chip_lines": Setting("integer", minimum=1),
+    "attach.max_bytes": Setting("integer", minimum=1, maximum=1 << 30),  # 1 GiB
+    "attach.max_tokens": _tokens(1),
+    "attach.max_files": _count(1),
+    "paste.chip_tokens": _tokens(1),
+    "paste.chip_lines": _count(1),
     "tools.enabled": _S,
     "tools.auto_approve": Setting("strings"),
-    "tools.max_steps": Setting("integer", minimum=1),
-    "tools.result_tokens": Setting("integer", minimum=16),
-    "tools.call_timeout_s": Setting("number", minimum=0.1),
+    "tools.max_steps": _count(1),
+    "tools.result_tokens": _tokens(16),
+    "tools.call_timeout_s": _timeout(0.1),
     "tools.instructions": _S,
     "ui.theme": _S,
     "server.url": _S,
     "server.kind": Setting("string", ("auto", "llamacpp", "vllm", "sglang")),
     "server.api_key": _S,
     "server.trust_vocab": _B,
-    "server.connect_timeout": Setting("number", minimum=0.1),
-    "server.first_token_timeout": Setting("number", minimum=0.1),
-    "server.idle_timeout": Setting("number", minimum=0.1),
+    "server.connect_timeout": _timeout(0.1),
+    "server.first_token_timeout": _timeout(0.1),
+    "server.idle_timeout": _timeout(0.1),
     **{f"keys.{action}": _S for action in KEY_ACTIONS},
 }
 
@@ -113,6 +148,11 @@ OWN_TABLES = ("mcp", "models")  # [models.NAME]: app.settings.model_memory
 
 def _toml_type(value: Any) -> str:
     return next(name for kind, name in _TOML_TYPES if isinstance(value, kind))
+
+
+def _bound(number: float) -> str:
+    """A bound as the user would write it: 16777216, 0.1, 86400 (``:g`` would say 1.67772e+07)."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
 
 
 def check_value(source: str, key: str, value: Any) -> Any:
@@ -131,11 +171,11 @@ def check_value(source: str, key: str, value: Any) -> Any:
         raise ConfigError(f"{source}: {key} must be one of {', '.join(repr(c) for c in setting.choices)}, "
                           f"not {value!r}")
     if setting.minimum is not None and value < setting.minimum:
-        raise ConfigError(f"{source}: {key} must be at least {setting.minimum:g}, not {value!r}")
+        raise ConfigError(f"{source}: {key} must be at least {_bound(setting.minimum)}, not {value!r}")
     if setting.maximum is not None and value > setting.maximum:
-        raise ConfigError(f"{source}: {key} must be at most {setting.maximum:g}, not {value!r}")
+        raise ConfigError(f"{source}: {key} must be at most {_bound(setting.maximum)}, not {value!r}")
     if setting.above is not None and value <= setting.above:
-        raise ConfigError(f"{source}: {key} must be more than {setting.above:g}, not {value!r}")
+        raise ConfigError(f"{source}: {key} must be more than {_bound(setting.above)}, not {value!r}")
     return float(value) if setting.kind == "number" else value
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.settings.config import ConfigError, read_toml, user_config_path
+from app.settings.config import MAX_TOKENS, ConfigError, read_toml, user_config_path
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,10 @@ def remembered(model_name: str, path: Path | None = None) -> Remembered:
     if thinking not in (None, "on", "off", "auto"):
         raise ConfigError(f'{path}: models."{model_name}".thinking must be "on", "off" or "auto", not {thinking!r}')
     budget = body.get("reasoning_budget")
-    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < -1):
-        raise ConfigError(f'{path}: models."{model_name}".reasoning_budget must be an integer >= -1, not {budget!r}')
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
+                               or not -1 <= budget <= MAX_TOKENS):
+        raise ConfigError(f'{path}: models."{model_name}".reasoning_budget must be an integer from -1 to '
+                          f'{MAX_TOKENS}, not {budget!r}')
     return Remembered({"on": True, "off": False}.get(thinking) if thinking else None, budget)
 
 

@@ -23,7 +23,7 @@ class ChatOptions:
     #: headless prompt; None opens the TUI
     prompt: str | None = None
     system: str = ""
-    #: auto | model | chatml | llama3 | gemma
+    #: one of templates.names.NAMES: auto | model | chatml | chatml-think | llama3 | gemma
     template: str = "auto"
     template_file: Path | None = None
     #: auto | cpu | cuda | rocm | vulkan | metal | openvino | mlx
@@ -34,6 +34,8 @@ class ChatOptions:
     ctx: int | None = None
     #: llama.cpp's generation threads; None: llama.cpp's own default (its physical cores)
     threads: int | None = None
+    #: layers on the GPU (llama.cpp -ngl, Ollama num_gpu); None: every layer that fits in free VRAM
+    gpu_layers: int | None = None
     #: speculative decoding in the local engine: auto | off | ngram | draft (backends.speculative)
     speculative: str = "auto"
     #: the draft model for ``speculative = "draft"`` (a GGUF sharing the main model's vocabulary)

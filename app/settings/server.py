@@ -47,6 +47,11 @@ def split_server_presets(table: dict, source: str) -> tuple[dict, dict[str, dict
                 else value
         if "url" not in preset:
             raise ConfigError(f"{source}: servers.{name} needs a url")
+        # an empty or schemeless url would leave no server, and the chat would quietly answer from the
+        # local engine: the user named a server, so that is an error
+        if not preset["url"].strip().startswith(("http://", "https://")):
+            what = "is empty" if not preset["url"].strip() else f"is {preset['url']!r}, not an http(s):// URL"
+            raise ConfigError(f"{source}: servers.{name}.url {what}: give http://HOST:PORT or https://HOST:PORT")
         presets[name] = preset
     return rest, presets
 
@@ -59,6 +64,10 @@ def server_values(values: dict[str, Any], sources: dict[str, str],
     """
     merged = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("server.")}
     name = merged.get("url", "")
+    if not name.strip() and sources.get("server.url", "").startswith("--"):
+        # config's url = "" means "no server"; a --server given empty names none: not a request for local
+        raise ConfigError("--server is empty: give an http(s):// URL or a [servers.NAME] preset "
+                          "(leave --server out to chat with the local engine)")
     preset = presets.get(name) if name and not name.startswith(("http://", "https://")) else None
     if name and preset is None and not name.startswith(("http://", "https://")):
         known = ", ".join(sorted(presets)) or "none defined"

@@ -22,6 +22,15 @@ def printable(text: str) -> str:
                          else f"\\u{ord(m.group()):04x}", text)
 
 
+def json_printable(text: str) -> str:
+    """JSON text with its control characters written as ``\\uXXXX``: the same JSON value, inert on a terminal.
+
+    ``json.dumps`` escapes C0 controls inside strings but passes C1 controls (``\\x9b`` is a CSI on
+    many terminals), DEL and the line separators through; outside strings JSON holds only
+    newline, tab and space, which stay."""
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def call_line(server: str, name: str, arguments: dict) -> str:
     """``server.tool {"arg": ...}`` on one line, safe to print."""
     args = json.dumps(arguments, ensure_ascii=False)

@@ -237,6 +237,8 @@ class ToolLoop:
         return replace(
             last, new_prompt_tokens=sum(s.new_prompt_tokens for s in steps), completion_tokens=completion,
             reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
+            forced_close_tokens=sum(getattr(s, "forced_close_tokens", 0) for s in steps),
+            reasoning_cut=any(getattr(s, "reasoning_cut", False) for s in steps),
             drafted_tokens=sum(s.drafted_tokens for s in steps), accepted_tokens=sum(s.accepted_tokens for s in steps),
             tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps),
             **({"verified": all(s.verified for s in steps)} if hasattr(last, "verified") else {}))
