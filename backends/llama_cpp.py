@@ -23,7 +23,13 @@ plain loop leaves (the prompt and every emitted id but the last), so prompt
 reuse on the next turn and ``last_prompt_evaluated`` are unchanged;
 :attr:`last_draft_counts` says how many ids were drafted and kept.
 
-Not handled: multiple sequences, grammars, a draft model (``speculative = "draft"``).
+A draft model (``LoadOptions.draft_model``, :mod:`backends.draft_model`) loads
+in a second context beside the main one after tokchat checked that the two
+vocabularies are one; with ``auto`` prompt lookup drafts where the context
+repeats itself and the draft model everywhere else, and both kinds of draft
+are verified by the same batch.
+
+Not handled: multiple sequences, grammars.
 """
 from __future__ import annotations
 
@@ -76,6 +82,25 @@ def _ran_out_of_memory(log: str) -> bool:
     return "out of memory" in low or "failed to allocate" in low or "cudamalloc failed" in low
 
 
+class DraftSources:
+    """Prompt lookup where the context repeats itself, the draft model everywhere else."""
+
+    def __init__(self, ngram: NgramDrafter | None, model) -> None:
+        self.ngram = ngram
+        self.model = model
+
+    def extend(self, ids: Sequence[int]) -> None:
+        if self.ngram is not None:
+            self.ngram.extend(ids)
+        self.model.extend(ids)
+
+    def draft(self, limit: int | None = None) -> list[int]:
+        found = self.ngram.draft(limit) if self.ngram is not None else []
+        if found:
+            return found
+        return self.model.draft(limit if limit is not None else self.model.config.max_draft)
+
+
 def default_threads() -> int:
     """llama.cpp's own default (:func:`backends.cpu.llama_default_threads`)."""
     return llama_default_threads()
@@ -103,15 +128,17 @@ class LlamaCppBackend:
         self._model_path: Path | None = None
         self._model_identity: tuple[int, int] | None = None
         self._prefill_chunk = PREFILL_CHUNK
+        #: the draft model's own llama.cpp context (``LoadOptions.draft_model``); None without one
+        self._draft_engine = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
 
         if options.speculative not in MODES:
             raise BackendError(f"speculative must be one of {', '.join(MODES)}, not {options.speculative!r}")
-        if options.speculative == "draft":
-            raise BackendError("speculative = \"draft\" (a draft model) is not available with llama.cpp yet: "
-                               "use \"ngram\" or \"auto\"")
+        if options.speculative == "draft" and options.draft_model is None:
+            raise BackendError("speculative = \"draft\" needs a draft model: --draft-model PATH.gguf (a small model "
+                               "with the main model's vocabulary)")
         self.speculative = options.speculative
         meta = known_meta(model_path, options.model_meta)
         if meta.format != "gguf":
@@ -145,6 +172,7 @@ class LlamaCppBackend:
                 f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
             ) from exc
         report = read_load_report(_log_since(self.log_path, log_start))
+        draft_note = self._load_draft(Path(model_path), options, params) if options.speculative != "off" else ""
         self._model_path = Path(model_path)
         stat = os.stat(model_path)
         self._model_identity = (stat.st_ino, stat.st_size)
@@ -159,6 +187,8 @@ class LlamaCppBackend:
         repack = "" if options.repack else ", weight repacking off"
         notes = [f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {options.flash_attn}"
                  f"{repack}, log in {self.log_path}"]
+        if draft_note:
+            notes.append(draft_note)
         if self.device != "CPU":
             notes.append(f"{self.device}: {report.summary() or f'{offloaded} layers on the GPU'}"
                          + ("" if plan is None or plan.all_on_gpu else
@@ -171,6 +201,38 @@ class LlamaCppBackend:
             vram_mib=round(report.gpu_mib("model") + report.gpu_mib("KV") + report.gpu_mib("compute")),
             notes=notes,
         )
+
+    def _load_draft(self, main: Path, options: LoadOptions, params) -> str:
+        """Load ``options.draft_model`` beside the main model (same context size and offload); its load note.
+
+        Refused in one line when its vocabulary is not the main model's id for id.
+        """
+        from backends.draft_model import vocab_difference
+        from backends.llama_engine import LlamaEngine, LlamaEngineError
+
+        path = options.draft_model
+        if path is None:
+            return ""
+        path = Path(path)
+        try:
+            differs = vocab_difference(main, path)
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise BackendError(f"could not read the draft model {path.name}: {exc}") from exc
+        if differs:
+            self.close()
+            raise BackendError(differs)
+        start = _log_size(self.log_path)
+        try:
+            self._draft_engine = self._worker.call(lambda: LlamaEngine(path, params))
+        except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
+            self.close()
+            raise BackendError(f"llama.cpp could not load the draft model {path.name}: {exc}") from exc
+        report = read_load_report(_log_since(self.log_path, start))
+        model = sum(v for (_, kind), v in report.buffers.items() if kind == "model")
+        kv = sum(v for (_, kind), v in report.buffers.items() if kind == "KV")
+        return (f"draft model {path.name}: drafts up to 16 ids a step for the main model "
+                f"({model:.0f} MiB of weights + {kv:.0f} MiB of KV cache)")
 
     def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None):
         """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown)."""
@@ -264,7 +326,7 @@ class LlamaCppBackend:
         """
         engine = self._engine
         n_ctx = engine.n_ctx()
-        drafter = NgramDrafter(prompt, self.drafter_config) if policy.active else None
+        drafter = self._drafter(prompt) if policy.active else None
         emitted = 1
         token = sampler.sample(engine.ctx)
         emit(token)
@@ -299,6 +361,16 @@ class LlamaCppBackend:
             # the cache keeps the batch up to the id before the last emitted one, as the plain loop would
             engine.truncate(base + i + 1)
             policy.record(len(draft), accepted)
+
+    def _drafter(self, prompt: list[int]) -> "NgramDrafter | DraftSources":
+        """Where drafts come from: prompt lookup, the draft model, or both (lookup first: it costs nothing)."""
+        if self._draft_engine is None:
+            return NgramDrafter(prompt, self.drafter_config)
+        from backends.draft_model import ModelDrafter
+
+        model = ModelDrafter(self._draft_engine, prompt)
+        ngram = NgramDrafter(prompt, self.drafter_config) if self.speculative in ("auto", "ngram") else None
+        return DraftSources(ngram, model)
 
     def _publish_counts(self, policy: AutoPolicy, drafting: int = 0, accepted: int = 0) -> None:
         """Make :attr:`last_draft_counts` current before an id is emitted.
@@ -337,7 +409,12 @@ class LlamaCppBackend:
 
     def close(self) -> None:
         """Free the model on its own thread and join the thread."""
-        worker, engine = self._worker, self._engine
-        self._worker, self._engine = None, None
+        worker, engine, draft = self._worker, self._engine, self._draft_engine
+        self._worker, self._engine, self._draft_engine = None, None, None
         if worker is not None:
-            worker.close(engine.close if engine is not None else None)
+            def free() -> None:
+                for held in (draft, engine):
+                    if held is not None:
+                        held.close()
+
+            worker.close(free)

@@ -147,6 +147,18 @@ class LlamaEngine:
             self.tokens.extend(int(t) for t in chunk)
             self.evaluated += len(chunk)
 
+    def top_choice(self) -> tuple[int, float]:
+        """The most likely id after the last evaluated position, and its probability (softmax of the logits).
+
+        A draft model stops drafting when its own top choice is doubtful
+        (:mod:`backends.draft_model`); the argmax is what a greedy chain picks.
+        """
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(self._lib.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
+        best = int(logits.argmax())
+        return best, 1.0 / float(np.exp(logits - logits[best]).sum())
+
     def close(self) -> None:
         lib = self._lib
         if self._batch is not None:

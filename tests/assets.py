@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -354,11 +354,11 @@ def test_counts_cross_the_engine_process(qwen_path, qwen_tok, tmp_path):
         hosted.close()
 
 
-def test_draft_mode_without_support_is_one_clear_error(qwen_path, tmp_path):
+def test_draft_mode_without_a_draft_model_is_one_clear_error(qwen_path, tmp_path):
     from backends.base import BackendError
     from backends.llama_cpp import LlamaCppBackend
 
-    with pytest.raises(BackendError, match="draft"):
+    with pytest.raises(BackendError, match="needs a draft model: --draft-model"):
         LlamaCppBackend().load(qwen_path, LoadOptions(speculative="draft", log_path=tmp_path / "e.log"))
     with pytest.raises(BackendError, match="auto, off, ngram, draft"):
         LlamaCppBackend().load(qwen_path, LoadOptions(speculative="maybe", log_path=tmp_path / "e.log"))

@@ -5,7 +5,6 @@ Every child process gets its own data, config and state folders under
 """
 from __future__ import annotations
 
-import os
 import resource
 import sys
 from contextlib import contextmanager
@@ -13,23 +12,13 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from process_env import child_env  # noqa: F401 (re-exported to the tests here)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def child_env(tmp_path: Path) -> dict[str, str]:
-    """An environment for ``python -m app`` whose every folder lies in ``tmp_path``."""
-    env = dict(os.environ)
-    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
-        env[name] = str(tmp_path / "xdg" / name.lower())
-    env["TOKCHAT_DATA_DIR"] = str(tmp_path / "data")
-    env["TOKCHAT_CONFIG_DIR"] = str(tmp_path / "config")
-    env["PYTHONPATH"] = str(ROOT)
-    env["HF_HUB_OFFLINE"] = "1"
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
 
 
 def vm_size() -> int:

@@ -8,12 +8,12 @@ SmolLM2 through the local llama.cpp engine, and a real ``llama-server`` for the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from process_env import child_env
 
 from app.conversation.session import ChatMessage
 from app.history.store import ChatStore
@@ -25,17 +25,6 @@ TOO_LONG = "word " * 200
 pytestmark = pytest.mark.slow
 
 
-def child_env(tmp_path: Path) -> dict[str, str]:
-    """An environment whose every tokchat folder lies in ``tmp_path``."""
-    env = dict(os.environ)
-    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
-        env[name] = str(tmp_path / "xdg" / name.lower())
-    env["TOKCHAT_DATA_DIR"] = str(tmp_path / "data")
-    env["TOKCHAT_CONFIG_DIR"] = str(tmp_path / "config")
-    env["PYTHONPATH"] = str(ROOT)
-    env["HF_HUB_OFFLINE"] = "1"
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
 
 
 def tokchat(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

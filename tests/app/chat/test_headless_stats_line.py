@@ -8,12 +8,12 @@ final newline, then cut by ``--reasoning-budget``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 R1 = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
@@ -21,16 +21,6 @@ R1 = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
 pytestmark = pytest.mark.slow
 
 
-def child_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
-        env[name] = str(tmp_path / "xdg" / name.lower())
-    env["TOKCHAT_DATA_DIR"] = str(tmp_path / "data")
-    env["TOKCHAT_CONFIG_DIR"] = str(tmp_path / "config")
-    env["PYTHONPATH"] = str(ROOT)
-    env["HF_HUB_OFFLINE"] = "1"
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
 
 
 def run(tmp_path: Path, smollm_path: Path, llamacpp_models_dir: Path, *args: str) -> subprocess.CompletedProcess:

@@ -8,12 +8,12 @@
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from process_env import child_env
 
 from app.settings.config import SCHEMA
 from templates.names import NAMES
@@ -22,16 +22,6 @@ from templates.resolve import NAMES as RESOLVER_NAMES
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def child_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
-        env[name] = str(tmp_path / "xdg" / name.lower())
-    env["TOKCHAT_DATA_DIR"] = str(tmp_path / "data")
-    env["TOKCHAT_CONFIG_DIR"] = str(tmp_path / "config")
-    env["PYTHONPATH"] = str(ROOT)
-    env["HF_HUB_OFFLINE"] = "1"
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
 
 
 def tokchat(tmp_path: Path, *args: str, config: str | None = None) -> subprocess.CompletedProcess:

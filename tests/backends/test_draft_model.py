@@ -1,0 +1,112 @@
+"""Draft-model speculation on a real pair of one vocabulary: Qwen2.5-Coder-0.5B drafting for the 1.5B.
+
+Real parts: both GGUFs (test assets), llama.cpp in this process and in the
+engine process, tokchat's tokenizer reading both vocabularies.  The oracle for
+every reply is the same engine without speculation.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from process_env import child_env
+from test_speculative import IM_END, assert_same_or_kernel_tie, chat, run
+
+from backends.base import BackendError, DraftCounts, LoadOptions, SamplingParams
+from backends.draft_model import DraftModelConfig, ModelDrafter, vocab_difference
+
+
+@pytest.fixture(scope="module")
+def engines(qwen15_path, qwen_path, tmp_path_factory):
+    """The 1.5B without speculation, and with the 0.5B as its draft model (``speculative = "draft"``)."""
+    from backends.llama_cpp import LlamaCppBackend
+
+    logs = tmp_path_factory.mktemp("draft-logs")
+    plain, drafted = LlamaCppBackend(), LlamaCppBackend()
+    plain.load(qwen15_path, LoadOptions(n_ctx=2048, speculative="off", log_path=logs / "off.log"))
+    drafted.load(qwen15_path, LoadOptions(n_ctx=2048, speculative="draft", draft_model=qwen_path,
+                                          log_path=logs / "draft.log"))
+    yield {"off": plain, "draft": drafted}
+    plain.close()
+    drafted.close()
+
+
+@pytest.fixture(scope="module")
+def tok(qwen15_path):
+    from tokenizer import load_tokenizer
+
+    return load_tokenizer(qwen15_path)
+
+
+QUESTION = "Write a Python function that checks whether a number is prime, with a docstring."
+
+
+@pytest.mark.slow
+def test_a_greedy_reply_with_a_draft_model_is_the_reply_without_it(engines, tok):
+    prompt = chat(tok, QUESTION)
+    stops = {tok.encode(IM_END, special=True)[0]}
+    sampling = SamplingParams(temperature=0, max_tokens=64, repeat_penalty=1.0)
+    plain = run(engines["off"], prompt, sampling, stops)
+    fast = run(engines["draft"], prompt, sampling, stops)
+    assert_same_or_kernel_tie(engines["off"], prompt, plain, fast, sampling)
+    counts = engines["draft"].last_draft_counts
+    assert isinstance(counts, DraftCounts) and counts.drafted > 0
+    assert 0 < counts.accepted <= min(counts.drafted, len(fast))
+    assert any(note.startswith("draft model qwen2.5-coder-0.5b.gguf") and "MiB of weights" in note
+               for note in engines["draft"].info.notes)
+
+
+@pytest.mark.slow
+def test_a_seeded_sampled_reply_is_reproducible_and_the_cache_exact(engines, tok):
+    """temperature > 0: greedy drafts are one-hot, so the chain draws once per kept id (the module docstring)."""
+    backend = engines["draft"]
+    prompt = chat(tok, QUESTION)
+    stops = {tok.encode(IM_END, special=True)[0]}
+    sampling = SamplingParams(temperature=0.8, max_tokens=48, seed=7)
+    first = run(backend, prompt, sampling, stops)
+    counts = backend.last_draft_counts
+    assert run(backend, prompt, sampling, stops) == first and backend.last_draft_counts == counts
+    assert counts.accepted > 0
+    assert backend._engine.tokens == prompt + first[:-1]
+
+
+def test_the_drafter_stops_where_the_draft_model_doubts(engines, tok):
+    """p_min: with a bar no probability reaches, nothing is drafted; with none, the full length is."""
+    draft_engine = engines["draft"]._draft_engine
+    context = chat(tok, QUESTION)
+
+    def propose(config: DraftModelConfig) -> list[int]:
+        return engines["draft"]._worker.call(lambda: ModelDrafter(draft_engine, context, config).draft(8))
+
+    assert propose(DraftModelConfig(max_draft=16, p_min=1.01)) == []
+    eager = propose(DraftModelConfig(max_draft=16, p_min=0.0))
+    assert len(eager) == 8
+    assert propose(DraftModelConfig(max_draft=3, p_min=0.0)) == eager[:3]  # the same greedy path, cut shorter
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused_in_one_line(qwen_path, smollm_path, tmp_path):
+    from backends.llama_cpp import LlamaCppBackend
+
+    assert vocab_difference(qwen_path, qwen_path) is None
+    line = vocab_difference(qwen_path, smollm_path)
+    assert line is not None and "\n" not in line and "cannot draft for qwen2.5-coder-0.5b.gguf" in line
+    with pytest.raises(BackendError) as refused:
+        LlamaCppBackend().load(qwen_path, LoadOptions(n_ctx=512, speculative="draft", draft_model=smollm_path,
+                                                      log_path=tmp_path / "e.log"))
+    assert str(refused.value) == line
+
+
+@pytest.mark.slow
+def test_headless_with_a_draft_model_counts_its_drafts(qwen15_path, qwen_path, tmp_path):
+    """The user's path: flags, settings, the engine process, the stats line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "--model", str(qwen15_path), "--draft-model", str(qwen_path),
+         "--speculative", "draft", "--prompt", QUESTION, "--max-tokens", "32", "--temperature", "0",
+         "--ctx", "1024", "--stats", "--no-history"],
+        capture_output=True, text=True, env=child_env(tmp_path), cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads([line for line in done.stderr.splitlines() if line.startswith("{")][-1])
+    assert stats["drafted_tokens"] > 0 and 0 < stats["accepted_tokens"] <= stats["drafted_tokens"]
+    assert "draft model qwen2.5-coder-0.5b.gguf" in done.stderr
