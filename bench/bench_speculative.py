@@ -25,7 +25,12 @@ the table shows medians.  "same ids" says whether each speculating engine's
 reply equals its own engine without speculation (llama.cpp's batched kernel
 rounds differently from the one-id kernel, so a near-tie can tip).
 
-    .venv/bin/python bench/bench_speculative.py [--rounds 2] [--ids 300]
+With ``--pair`` the contestants are draft-model speculation on the real pair
+of one vocabulary: Qwen2.5-Coder-1.5B (main) with the 0.5B drafting:
+tokchat ``off``, ``draft`` and ``auto`` (prompt lookup, then the draft model)
+against ``llama-server`` alone and with ``-md`` (its default draft settings).
+
+    .venv/bin/python bench/bench_speculative.py [--rounds 2] [--ids 300] [--pair]
 """
 from __future__ import annotations
 
@@ -89,14 +94,24 @@ def server_round(url: str, prompt: list[int], n: int) -> tuple[float, tuple[int,
     return float(timings["predicted_per_second"]), counts, [int(t) for t in answer["tokens"]]
 
 
+#: llama-server's speculation per contestant name: --spec-type, or a draft model (its defaults otherwise)
+DRAFT_MODEL_SPEC = "draft model"
+
+
+def server_spec_args(spec: str) -> list[str]:
+    if spec == DRAFT_MODEL_SPEC:
+        return ["-md", str(asset_path("qwen2.5-coder-0.5b.gguf"))]
+    return ["--spec-type", spec]
+
+
 def start_server(model: Path, spec: str, threads: int, log_dir: Path):
     from remote_servers import free_port
 
     port = free_port()
     args = [str(asset_path("llama-server") / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
             "--port", str(port), "-c", "4096", "-np", "1", "-t", str(threads), "-tb", str(threads),
-            "--spec-type", spec]
-    log = open(log_dir / f"server-{spec}.log", "wb")
+            *server_spec_args(spec)]
+    log = open(log_dir / f"server-{spec.replace(' ', '-')}.log", "wb")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     for _ in range(1200):
@@ -141,8 +156,13 @@ def main() -> int:
     parser.add_argument("--ids", type=int, default=300, help="ids per code-rewrite reply")
     parser.add_argument("--prose-ids", type=int, default=300, help="ids per prose reply")
     parser.add_argument("--only", default="code rewrite,fresh prose")
+    parser.add_argument("--pair", action="store_true", help="the 1.5B with the 0.5B as its draft model")
     args = parser.parse_args()
-    model = asset_path("qwen2.5-coder-0.5b.gguf")
+    model = asset_path("qwen2.5-coder-1.5b.gguf" if args.pair else "qwen2.5-coder-0.5b.gguf")
+    draft = asset_path("qwen2.5-coder-0.5b.gguf") if args.pair else None
+    local_modes = ("off", "draft", "auto") if args.pair else LOCAL_MODES
+    server_types = ("none", DRAFT_MODEL_SPEC) if args.pair else SERVER_TYPES
+    reference = f"llama-server {server_types[-1]}"
     threads = llama_default_threads()
     tokenizer = load_tokenizer(model)
     loads = [os.getloadavg()[0]]
@@ -155,12 +175,13 @@ def main() -> int:
         engines = {}
         servers = []
         try:
-            for mode in LOCAL_MODES:
+            for mode in local_modes:
                 backend = open_backend(model, LoadOptions(backend="cpu", n_ctx=4096, n_threads=threads,
-                                                          speculative=mode, log_path=Path(tmp) / f"{mode}.log"))
+                                                          speculative=mode, draft_model=draft,
+                                                          log_path=Path(tmp) / f"{mode}.log"))
                 engines[f"tokchat {mode}"] = (lambda p, n, b=backend: local_round(b, p, n))
                 servers.append(backend)
-            for spec in SERVER_TYPES:
+            for spec in server_types:
                 engines[f"llama-server {spec}"] = (
                     lambda p, n, s=spec: fresh_server_round(model, s, threads, Path(tmp), p, n))
             names = list(engines)
@@ -184,7 +205,7 @@ def main() -> int:
                 else:
                     thing.close()
     print(f"\nload average during the run: {min(loads):.1f} to {max(loads):.1f}\n")
-    print("| workload | engine | tok/s | drafted / accepted (rate) | vs tokchat off | vs llama-server ngram-mod "
+    print(f"| workload | engine | tok/s | drafted / accepted (rate) | vs tokchat off | vs {reference} "
           "| same ids as no speculation |")
     print("| --- | --- | ---: | --- | ---: | ---: | --- |")
     for workload, by_engine in results.items():
@@ -196,7 +217,7 @@ def main() -> int:
             base = "tokchat off" if name.startswith("tokchat") else "llama-server none"
             same = "—" if name == base else first_difference(runs[-1][2], by_engine[base][-1][2])
             print(f"| {workload} | {name} | {speed[name]:.1f} | {drafted} | {speed[name] / speed['tokchat off']:.2f}x "
-                  f"| {speed[name] / speed['llama-server ngram-mod']:.2f}x | {same} |")
+                  f"| {speed[name] / speed[reference]:.2f}x | {same} |")
     return 0
 
 
