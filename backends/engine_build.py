@@ -43,9 +43,8 @@ from typing import Callable
 from backends.accelerator import Accelerator
 from backends.cpu import build_fingerprint
 from backends.engine_patches import apply_all, patches_digest
+from backends.pins import ENGINE, ENGINE_VERSION
 
-ENGINE = "llama-cpp-python"
-ENGINE_VERSION = "0.3.36"  # the pin in pyproject.toml (a test checks the two agree)
 #: what tokchat runs: the engine's libraries come with ``llama``; the other two are executables
 TARGETS = ("llama", "llama-server", "ggml-rpc-server")
 #: the options of the one build (RPATH $ORIGIN: every file of the folder finds its neighbours)

