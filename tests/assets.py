@@ -290,12 +290,16 @@ def fetch(name: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", metavar="NAME", help="print the cached path of one asset")
+    parser.add_argument("--downloads-only", action="store_true",
+                        help="only the downloaded assets, not the ones the engine build provides (dev.py fetches "
+                        "these while llama.cpp compiles)")
     args = parser.parse_args(argv)
     if args.path:
         print(asset_path(args.path))
         return 0
-    for name in ASSETS:
-        fetch(name)
+    for name, asset in ASSETS.items():
+        if not (args.downloads_only and asset.build_targets):
+            fetch(name)
     print(f"test assets ready in {cache_dir()}")
     return 0
 
