@@ -79,6 +79,22 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+def own_process_group() -> dict[str, Any]:
+    """Popen's keywords that start the child in a process group of its own (its pid), in the caller's session.
+
+    Python 3.11 has ``process_group=0``, which calls setpgid(0, 0) in the child between fork and exec in
+    C.  Python 3.10 (pyproject allows it) has no such keyword: there the child calls ``os.setpgid(0, 0)``
+    itself, as a ``preexec_fn``, which is the same call at the same moment.  Not ``start_new_session``:
+    a new session is a new scheduling autogroup (see :class:`_Child`)."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": _setpgid_self}
+
+
+def _setpgid_self() -> None:
+    os.setpgid(0, 0)
+
+
 class _Child:
     """One engine process and the thread that reads its answers into a queue."""
 
@@ -96,7 +112,7 @@ class _Child:
                 # what it forked) but the chat's session: a new session is a new scheduling autogroup, and
                 # the engine then competed with the chat's own session as a stranger (measured: 48 -> 3.6
                 # tok/s beside four nice-19 jobs started from the same terminal)
-                stderr=log, env=env, process_group=0,
+                stderr=log, env=env, **own_process_group(),
             )
         self.answers: queue.Queue = queue.Queue()
         self._write_lock = threading.Lock()
@@ -147,7 +163,7 @@ class _Child:
                 stream.close()
 
     def kill_leftovers(self) -> None:
-        """Kill whatever the engine left in its process group (started with ``process_group=0``): a process a
+        """Kill whatever the engine left in its process group (its own, :func:`own_process_group`): a process a
         library forked (OpenVINO's telemetry did) must not outlive the engine or hold its pipe open."""
         with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left: the usual case
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -236,6 +252,8 @@ class HostedBackend:
         self._lock = threading.Lock()
         #: notes of restarts, kept across them
         self._restart_notes: list[str] = []
+        #: an engine found dead and started again by ``generate``, said once (:meth:`take_restart_notice`)
+        self._restart_notice: str | None = None
 
     # -- the child's life ---------------------------------------------------------------------------------
     def load(self, model_path: Path, options: LoadOptions) -> None:
@@ -319,9 +337,21 @@ class HostedBackend:
     ) -> Iterator[int]:
         if self._model_path is None:
             raise BackendError("no model loaded")
+        child = self._child
+        if child is not None and child.proc.poll() is not None:
+            # it died while idle (nothing was asked of it): found before anything is generated, so this
+            # same request is answered by a fresh engine instead of failing and costing the user a message
+            crash = self._crash(child)
+            self._restart_notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} while idle and "
+                                    f"was started again (engine log: {self.log_path})")
         if self._child is None:
             self._start()  # the last engine died: a fresh one, same model and settings
         return self._stream([int(t) for t in prompt_ids], sampling, [int(t) for t in stop_ids])
+
+    def take_restart_notice(self) -> str | None:
+        """One line when the last ``generate`` found the engine dead and started a fresh one; None after."""
+        notice, self._restart_notice = self._restart_notice, None
+        return notice
 
     def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int]) -> Iterator[int]:
         with self._lock:

@@ -52,7 +52,8 @@ class TurnStats:
     new_prompt_tokens: int = 0  # prompt ids the backend had to evaluate (the rest came from its cache)
     prompt_tokens: int = 0
     completion_tokens: int = 0  # generated ids, the stop id included
-    reasoning_tokens: int = 0  # of completion_tokens, those inside the think block (tags included)
+    #: of completion_tokens, those the model generated inside the think block (its own tags included)
+    reasoning_tokens: int = 0
     ttft_s: float = 0.0  # from send() to the first generated id
     tokens_per_s: float = 0.0  # generation speed after the first id
     #: prompt processing: new prompt ids evaluated per second of the time to the first id (0 when none)
@@ -83,6 +84,9 @@ class TurnStats:
     cache_cut_tokens: int = 0
     #: tokchat closed the think block itself after the reasoning budget (--reasoning-budget)
     reasoning_cut: bool = False
+    #: of completion_tokens, the ids tokchat appended to close the think block (``\n</think>\n\n``) when the
+    #: budget was spent: not the model's reasoning, so not in reasoning_tokens (0 when nothing was cut)
+    forced_close_tokens: int = 0
     #: speculative decoding (backends.speculative): ids the drafter proposed and how many the model kept;
     #: the kept ones are counted in completion_tokens like every other id (0 and 0: no speculation)
     drafted_tokens: int = 0
@@ -143,6 +147,7 @@ class _Turn:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     reasoning_tokens: int = 0
+    forced_close_tokens: int = 0  # ids appended to close the think block (the budget was spent)
     first_at: float | None = None
     last_at: float | None = None
     finish: str = ""  # "" until decided; still "" at the end means cancelled
@@ -590,6 +595,9 @@ class ChatSession:
             ids = self.backend.generate(list(prompt.ids) + turn.reply_ids,
                                         replace(sampling, max_tokens=sampling.max_tokens - len(turn.reply_ids)),
                                         self.stop_ids)
+            restarted = getattr(self.backend, "take_restart_notice", None)  # an engine found dead, started again
+            if restarted is not None and (notice := restarted()):
+                yield ReplyEvent("notice", notice)
             over_budget = False
             try:
                 for token in ids:
@@ -635,7 +643,7 @@ class ChatSession:
         turn.reasoning_cut = True
         for token in self.think_close_ids(turn.think.close_tag):
             turn.reply_ids.append(token)
-            turn.reasoning_tokens += 1  # the closing tag counts as reasoning, as a generated one does
+            turn.forced_close_tokens += 1  # tokchat's, not the model's: counted apart from reasoning_tokens
             yield from self._emit(turn.think.feed(turn.decoder.feed(token)), turn)
 
     def think_close_ids(self, close_tag: str = "</think>") -> list[int]:
@@ -696,7 +704,7 @@ class ChatSession:
         drafted, accepted = _draft_counts(self.backend, turn) if n_reply else (0, 0)
         return TurnStats(
             new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
-            reasoning_tokens=turn.reasoning_tokens,
+            reasoning_tokens=turn.reasoning_tokens, forced_close_tokens=turn.forced_close_tokens,
             ttft_s=ttft, tokens_per_s=speed, prompt_tokens_per_s=evaluated / ttft if ttft > 0 else 0.0,
             context_used=n_prompt + n_reply, context_limit=self.context_size, finish_reason=finish,
             dropped_turns=sum(1 for m in self.messages[: self._window] if m.role == "user"),
@@ -831,6 +839,7 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
         new_prompt_tokens=sum(p["new_prompt_tokens"] for p in parts),
         completion_tokens=sum(p["completion_tokens"] for p in parts),
         reasoning_tokens=sum(p["reasoning_tokens"] for p in parts),
+        forced_close_tokens=sum(p.get("forced_close_tokens", 0) for p in parts),
         drafted_tokens=sum(p.get("drafted_tokens", 0) for p in parts),
         accepted_tokens=sum(p.get("accepted_tokens", 0) for p in parts),
         tool_call_tokens=sum(p["tool_call_tokens"] for p in parts),

@@ -393,6 +393,43 @@ class ChatStore:
             conn.execute("DELETE FROM messages WHERE conversation_id = ?", (conv_id,))
             conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
 
+    def exists(self, conv_id: int) -> bool:
+        """Whether conversation ``conv_id`` is stored (another window may have deleted it)."""
+        return bool(self._read("SELECT 1 FROM conversations WHERE id = ?", (conv_id,)))
+
+    def restore(self, conversation: Conversation) -> None:
+        """Put a deleted conversation back with its own ids (undoing a delete).
+
+        The same ids, not new ones, so that forks naming it (``forked_from``) and a chat
+        still recording into it find it again; ids are never reused (AUTOINCREMENT), so
+        they are free.  A reply that was still being written is put back as interrupted.
+        """
+        info = conversation.info
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM conversations WHERE id = ?", (info.id,)).fetchone() is not None:
+                raise StoreError(f"history database {self.path}: conversation {info.id} is already there")
+            conn.execute(
+                "INSERT INTO conversations (id, title, model_path, model_name, template, system_prompt,"
+                " sampling_json, settings_json, created_at, updated_at, forked_from, forked_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (info.id, info.title, info.model_path, info.model_name, info.template, info.system_prompt,
+                 json.dumps(info.sampling), json.dumps(info.settings), info.created_at, info.updated_at,
+                 info.forked_from, info.forked_at))
+            for m in sorted(conversation.messages + conversation.branches, key=lambda m: m.id):
+                unfinished = m.finish_reason is None and m.role != "user"
+                conn.execute(
+                    "INSERT INTO messages (id, conversation_id, role, content, reasoning, prompt_tokens,"
+                    " completion_tokens, reasoning_tokens, ttft_s, tokens_per_s, finish_reason, stats_json,"
+                    " created_at, finished_at, tool_json, parent_id, reply_json)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (m.id, info.id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
+                     m.reasoning_tokens, m.ttft_s, m.tokens_per_s, "interrupted" if unfinished else m.finish_reason,
+                     json.dumps(m.stats) if m.stats is not None else None, m.created_at,
+                     m.finished_at if m.finished_at is not None or not unfinished else m.created_at,
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, m.parent_id, reply_json(m)))
+            tip = conversation.messages[-1].id if conversation.messages else None
+            conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, info.id))
+
     def list_conversations(self, search: str | None = None, limit: int | None = None) -> list[ConversationInfo]:
         """Newest first (by last activity); ``search`` matches titles, messages and reasoning."""
         sql = ("SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "

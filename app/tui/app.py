@@ -267,6 +267,7 @@ class ChatApp(App):
         self.steer.apply_remembered()  # thinking and budget remembered for this model
         self.update_meter()
         self.history.model_ready()
+        self.attachments.model_changed()  # held files and chips priced by this model's tokenizer
         self.tools.start()
         self.query_one(ModelBar).state = "ready"  # last: tests wait for this
 
@@ -311,7 +312,7 @@ class ChatApp(App):
 
     def end_edit(self, why: str) -> None:
         """The conversation on screen changes: an edit pending for the old one ends (its text stays)."""
-        self.prompt_input.end_edit(f"{why}: the edit of the last prompt ended; its text stays in the box")
+        self.prompt_input.conversation_changed(why)
 
     async def submit(self, text: str, *, editing: bool = False) -> None:
         """Run a slash command or send a prompt (what Enter does)."""
@@ -645,8 +646,8 @@ class ChatApp(App):
     def on_history_sidebar_search_changed(self, message: HistorySidebar.SearchChanged) -> None:
         self.history.refresh(message.text)
 
-    async def on_history_sidebar_new_requested(self) -> None:
-        await self.action_new_chat()
+    def on_history_sidebar_undo_delete_requested(self) -> None:
+        self.history.undo_delete()
 
     def on_history_sidebar_rename_requested(self, message: HistorySidebar.RenameRequested) -> None:
         self.history.rename(message.conv_id, message.title)

@@ -12,6 +12,7 @@ the draft changes, so the cost is seen before Enter.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -128,6 +129,16 @@ class Attachments:
     def hold(self, item: Attachment) -> None:
         """Hold ``item`` (a pasted chip) for the next message."""
         self.pending.append(item)
+
+    def model_changed(self) -> None:
+        """Another model is loaded (``/model``): the held files are priced again with its tokenizer, and
+        the chips and the box's border follow (a price from the old tokenizer was kept before)."""
+        if self.host.session is None or not self.pending:
+            return
+        self.pending[:] = [replace(item, tokens=self._count(item.block())) for item in self.pending]
+        self._cache.clear()
+        self.changed(self.pending)
+        self.show_cost(self.host.prompt_input.text)
 
     def drop(self, index: int) -> Attachment:
         """Stop holding the file at ``index`` (its chip's × or edit); returns it."""

@@ -26,7 +26,7 @@ Handler = Callable[[str], Awaitable[None]]
 #: the keys ``/help`` lists
 HELP_KEYS = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
              ("Esc / Ctrl+C", "stop the reply"), ("Esc (editing)", "cancel the edit"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
-             ("Ctrl+L", "continue the last reply"), ("f (history list)", "fork a conversation"),
+             ("Ctrl+L", "continue the last reply"), ("Ctrl+F / Ctrl+D / Ctrl+Z (history list)", "fork / delete / undo delete"),
              ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
              ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
              ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),

@@ -7,16 +7,34 @@ storage failure into one notice and never stops the chat.  The sidebar
 :class:`app.history.store.ChatStore`; its messages reach the window, which
 hands them here.  Everything here runs on the event loop: each store call is
 one short SQLite transaction.
+
+Two windows may share one history: a conversation deleted in one is never a reason
+for the other to stop saving (:meth:`ChatHistory._still_stored` saves what the other
+shows as a new conversation).  A deletion here is kept in memory until quit, so that
+ctrl+z in the history list can put it back with its own ids.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from app.tui.branches import Branches
 from app.tui.host import ChatHost
-from app.tui.widgets.dialogs import ConfirmScreen, RenameScreen
+from app.tui.widgets.dialogs import DeleteScreen, RenameScreen
 from app.tui.widgets.history_sidebar import HistorySidebar
+
+
+@dataclass
+class Deleted:
+    """A conversation deleted in this window, as it was stored: what ctrl+z puts back."""
+
+    conversation: Any
+    #: it was the conversation this window recorded into; ``tip_id``: this window's place in it
+    on_screen: bool
+    tip_id: int | None
+    #: :attr:`ChatHistory._shown` when it was deleted: the screen still shows it while they are equal
+    shown: int
 
 
 class ChatHistory:
@@ -31,6 +49,13 @@ class ChatHistory:
         self.branches = branches
         self._store_arg = store
         self.recorder: Any = None
+        #: conversations deleted here, the last one last (ctrl+z restores it); kept until quit
+        self.trash: list[Deleted] = []
+        #: counts what the screen was switched to (a new chat, a resumed one): an undo only goes on
+        #: recording into a restored conversation when the screen never left it
+        self._shown = 0
+        #: a store to look in when the recorder switched itself off (it then has none)
+        self._lookup: Any = None
 
     # -------------------------------------------------------------- recording
     def _make_recorder(self) -> Any:
@@ -51,6 +76,7 @@ class ChatHistory:
         self.recorder = self._make_recorder()
         if old is not None and old.conversation_id is not None:
             self.recorder.resume(old.conversation_id, old.tip_id)
+            self._still_stored()
             chat = self.host.chat  # /model: the conversation goes on with this model, template and sampling
             self.recorder.update(model=str(chat.model_path), model_name=chat.info.model_name or chat.model_path.stem,
                                  template=chat.template.name, sampling=chat.session.sampling)
@@ -84,6 +110,55 @@ class ChatHistory:
         if notice:
             self.host.notify(notice, severity="warning", timeout=8)
 
+    def _lookup_store(self) -> Any:
+        """A store to ask whether a conversation still exists: the recorder's, or (when the recorder
+        switched itself off) one of our own on the same file."""
+        if self.recorder is not None and self.recorder.enabled:
+            return self.recorder.store
+        if self._store_arg is not None:
+            return self._store_arg
+        if self._lookup is None:
+            from app.history.store import ChatStore
+
+            self._lookup = ChatStore()  # the recorder's file: it was made without a path either
+        return self._lookup
+
+    def _still_stored(self, upto: int | None = None) -> bool:
+        """Before writing: when the conversation this window records into was deleted elsewhere
+        (another window on the same history), save what this window shows (its messages before
+        ``upto``) as a new conversation and go on recording there, and say so.  True when it did.
+
+        The recorder would otherwise fail on the missing conversation and switch history off
+        for the rest of the chat; history is only ever off because the user said so.
+        """
+        from app.history.store import StoreError
+
+        recorder = self.recorder
+        session = self.host.session
+        if recorder is None or recorder.conversation_id is None or session is None or not self.host.options.history:
+            return False
+        gone = recorder.conversation_id
+        try:
+            if self._lookup_store().exists(gone):
+                return False
+        except StoreError:
+            return False  # the store itself fails: the recorder's own write says how, once
+        self.recorder = self._make_recorder()
+        recorder.close()  # a reply it had open was in the deleted conversation, and went with it
+        for message in session.messages[:upto]:
+            if message.role == "system":
+                continue
+            message.store_id = None
+            if message.role == "assistant":
+                self.recorder.on_reply(message)
+            else:
+                self.recorder.on_user(message)
+        new = self.recorder.conversation_id
+        self.host.notify(f"Conversation #{gone} was deleted in another window: what this window shows is "
+                         f"saved as a new conversation (#{new}), and the chat goes on there",
+                         severity="warning", timeout=12)
+        return True
+
     def _stored_count(self, upto: int | None = None) -> int:
         """How many of the session's messages (before ``upto``) the store holds (no system turns)."""
         messages = self.host.session.messages[:upto]
@@ -97,12 +172,15 @@ class ChatHistory:
         if replacing is not None:
             role = "assistant" if replacing == "reply" else "user"
             last = max((i for i, m in enumerate(messages) if m.role == role), default=None)
-            if last is not None:
+            # saved anew up to the replaced message (deleted elsewhere), the tip is already right
+            if not self._still_stored(last) and last is not None:
                 kept = [m for m in messages[:last] if m.role != "system"]
                 if all(m.store_id is not None for m in kept):  # this chat's own branch, by id
                     self.recorder.rewind(kept[-1].store_id if kept else None)
                 else:
                     self.recorder.truncate(self._stored_count(last))
+        else:
+            self._still_stored()
         if text is not None:
             self.recorder.on_user(SimpleNamespace(role="user", content=text, reasoning="", stats=None,
                                                   finish_reason=None))
@@ -124,6 +202,7 @@ class ChatHistory:
     def record_continue(self, reply: Any) -> None:
         """``/continue``: the stored reply is updated in place as it grows."""
         if self.recorder is not None:
+            self._still_stored()
             self.recorder.on_continue(reply)
 
     def record_reply(self) -> None:
@@ -131,7 +210,9 @@ class ChatHistory:
         if self.recorder is None or session is None:
             return
         messages = session.messages
-        if messages and messages[-1].role == "assistant":
+        if self._still_stored():
+            pass  # deleted elsewhere meanwhile: saved anew, this reply included
+        elif messages and messages[-1].role == "assistant":
             self.recorder.on_reply(messages[-1])
             user = next((m for m in reversed(messages) if m.role == "user"), None)
             if user is not None and user.store_id is None:
@@ -165,18 +246,20 @@ class ChatHistory:
 
     def show_branch(self, tip_id: int | None) -> None:
         """Another sibling is shown: stored, so that a resumed chat shows the same branch."""
-        if self.recorder is not None:
+        if self.recorder is not None and not self._still_stored():
             self.recorder.show_branch(tip_id)
 
     def set_system(self, text: str) -> None:
         """``/system``: stored with the conversation, so a resume sends the same."""
         if self.recorder is not None:
+            self._still_stored()
             self.recorder.set_system(text)
 
     def fork(self, kept: list) -> int | None:
         """``/fork``: a new stored conversation of ``kept``, linked to this one; its id (None: not stored)."""
         if self.recorder is None:
             return None
+        self._still_stored()
         at = kept[-1].store_id if kept else None
         if all(m.store_id is not None for m in kept):
             return self.recorder.fork(at, kept)
@@ -185,6 +268,7 @@ class ChatHistory:
         return None
 
     def new_conversation(self) -> None:
+        self._shown += 1
         if self.recorder is not None:
             session = self.host.session
             self.recorder.start_new(system=session.system_prompt if session else self.host.options.system)
@@ -192,6 +276,8 @@ class ChatHistory:
     def close(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
+        if self._lookup is not None:
+            self._lookup.close()
 
     # ---------------------------------------------------------------- sidebar
     @property
@@ -203,18 +289,25 @@ class ChatHistory:
         self.toggle_sidebar()
 
     def toggle_sidebar(self) -> None:
-        """Ctrl+B: open the list of stored chats (focused), or close it."""
+        """Ctrl+B: open the list of stored chats with the cursor in its search box, or close it."""
         sidebar = self.sidebar
         if sidebar.has_class("-open"):
             sidebar.remove_class("-open")
             self.host.prompt_input.focus()
             return
         if self.store is None:
-            self.host.notify("History is off (--no-history or history = false in the config)", severity="warning")
+            self.host.notify(self._why_off(), severity="warning")
             return
         sidebar.add_class("-open")
         self.refresh()
-        sidebar.query_one("#history-list").focus()
+        sidebar.focus_search()  # typing searches: a typed word never acts on a conversation
+
+    def _why_off(self) -> str:
+        """Why there is no history to show: the user's choice, else the failure that stopped it."""
+        if not self.host.options.history:
+            return "History is off (--no-history or history = false in the config)"
+        notice = self.recorder.notice if self.recorder is not None else None
+        return f"The history cannot be used in this chat: {notice or 'its database could not be opened'}"
 
     def refresh(self, search: str | None = None) -> None:
         """Show the stored chats (matching ``search``, default: what the search box holds)."""
@@ -240,15 +333,62 @@ class ChatHistory:
         self.host.push_screen(RenameScreen(title), chosen)
 
     def delete(self, conv_id: int, title: str) -> None:
-        """Ask, then delete; deleting the conversation on screen makes the next message start a new one."""
+        """Ask (a dialog no typed word can answer), then delete and keep it in :attr:`trash`, so
+        that ctrl+z brings it back; deleting the conversation on screen makes the next message
+        start a new one."""
+        recorder = self.recorder
+        on_screen = recorder is not None and recorder.conversation_id == conv_id
+        if on_screen and self.host.generating:
+            self.host.notify("Wait for the reply to finish (or Esc) before deleting the conversation on screen",
+                             severity="warning")
+            return
 
         def chosen(yes: bool | None) -> None:
             if yes:
-                self._store_call(lambda store: store.delete(conv_id))
-                if self.recorder is not None and self.recorder.conversation_id == conv_id:
-                    self.recorder.start_new()
+                self._delete(conv_id, title)
 
-        self.host.push_screen(ConfirmScreen(f"Delete “{title}”? This cannot be undone."), chosen)
+        self.host.push_screen(DeleteScreen(title), chosen)
+
+    def _delete(self, conv_id: int, title: str) -> None:
+        from app.history.store import StoreError
+
+        store = self.store
+        recorder = self.recorder
+        try:
+            conversation = store.load(conv_id)
+            store.delete(conv_id)
+        except StoreError as exc:
+            self.host.notify(str(exc), severity="error")
+            self.refresh()
+            return
+        on_screen = recorder is not None and recorder.conversation_id == conv_id
+        self.trash.append(Deleted(conversation, on_screen, recorder.tip_id if on_screen else None, self._shown))
+        if on_screen:
+            recorder.start_new()
+        self.refresh()
+        self.host.notify(f"Deleted “{title}” · ctrl+z in the history brings it back (until you quit)", timeout=15)
+
+    def undo_delete(self) -> None:
+        """ctrl+z in the history: put back the conversation deleted last, with its own ids."""
+        from app.history.store import StoreError
+
+        if not self.trash:
+            self.host.notify("Nothing to undo: no conversation was deleted in this window", severity="warning")
+            return
+        deleted = self.trash.pop()
+        info = deleted.conversation.info
+        try:
+            self.store.restore(deleted.conversation)
+        except StoreError as exc:
+            self.trash.append(deleted)
+            self.host.notify(str(exc), severity="error")
+            return
+        recorder = self.recorder
+        if (deleted.on_screen and deleted.shown == self._shown and recorder is not None
+                and recorder.conversation_id is None and recorder.tip_id is None):
+            recorder.resume(info.id, deleted.tip_id)  # still on screen, nothing stored since: it goes on there
+        self.refresh()
+        self.host.notify(f"Restored “{info.title or '(untitled)'}”")
 
     def _store_call(self, action: Any) -> None:
         from app.history.store import StoreError
@@ -278,6 +418,7 @@ class ChatHistory:
         messages, branches = from_links([(m.id, m.parent_id, m.to_chat_message()) for m in stored],
                                         [m.id for m in conversation.messages if m.role != "system"])
         host.end_edit("another conversation opened")
+        self._shown += 1
         await host.chat_view.show_messages(messages)
         host.sub_title = conversation.info.title
         session = host.session

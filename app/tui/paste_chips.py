@@ -29,6 +29,9 @@ class PasteChips:
     def __init__(self, host: ChatHost, attachments: Attachments) -> None:
         self.host = host
         self.attachments = attachments
+        #: the number of the last paste held: names are never reused, so two chips never share one
+        #: (a count of the chips held gave a second "paste-2.txt" after paste-1 was dropped)
+        self._numbered = 0
 
     def paste_is_chip(self, text: str) -> bool:
         """Whether a paste of ``text`` (newlines normalized) becomes a chip rather than inline text."""
@@ -43,8 +46,11 @@ class PasteChips:
     def pasted(self, text: str) -> None:
         """Hold the paste as an attachment, priced as the block it is sent in."""
         session = self.host.session
-        count = sum(1 for a in self.attachments.pending if a.name.startswith("paste-")) + 1
-        name = f"paste-{count}.txt"
+        held = {a.name for a in self.attachments.pending}
+        self._numbered += 1
+        while f"paste-{self._numbered}.txt" in held:  # an /attach file of that name
+            self._numbered += 1
+        name = f"paste-{self._numbered}.txt"
         size = len(text.encode("utf-8", "surrogatepass"))
         tokens = session.draft_tokens(file_block(name, size, text)) if session else 0
         lines = text.count("\n") + (0 if text.endswith("\n") else 1)
@@ -74,10 +80,12 @@ class PasteChips:
             self.host.push_screen(AttachmentView(f"{item.summary()} · Esc closes", item.text))
             return
         self.attachments.drop(index)
+        box = self.host.prompt_input
         if action == "edit":  # its text goes back in the box, as typed text
-            box = self.host.prompt_input
             from app.tui.inert import inert_text
 
             box.insert(inert_text(item.text))
-            box.focus()
+        # the pressed button is gone with its chip: the box takes the focus back, so what is typed or
+        # pasted next lands there (a paste with nothing focused was lost)
+        box.focus()
         self.host.update_draft()

@@ -51,8 +51,7 @@ class Steering:
             if last is None or last.role != "assistant":
                 raise SlashError("/reply TEXT writes the start of the reply to the last prompt; there is no "
                                  "reply to edit yet")
-            host.prompt_input.load_text(f"/reply {last.content}")
-            host.prompt_input.move_cursor(host.prompt_input.document.end)
+            host.prompt_input.begin_reply_edit(last.content)  # its mode ends when the conversation changes
             host.notify("Edit the reply, then Enter: the model continues from your text "
                         "(the old reply stays as a sibling)")
             return

@@ -99,15 +99,27 @@ def test_a_sigsegv_without_amx_is_not_taken_for_the_amx_fault(smollm_path, tmp_p
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(hosted, "has_amx", lambda: False)
     backend = HostedBackend("llama.cpp")
-    backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log"))
+    backend.load(smollm_path, LoadOptions(n_ctx=4096, log_path=tmp_path / "engine.log"))
     from tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm_path)
-    prompt = tok.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", special=True)
+    prompt = tok.encode("<|im_start|>user\n" + "The sea is wide and deep. " * 300 + "<|im_end|>\n"
+                        "<|im_start|>assistant\n", special=True)
+    pid = backend.pid
+
+    def crash_in_the_prompt() -> None:
+        # while it works on the request: an engine found dead while idle is started again and answers
+        # instead (test_engine_host.py), so the fault must come mid-request to be one
+        while backend.prompt_progress is None:
+            time.sleep(0.005)
+        os.kill(pid, signal.SIGSEGV)
+
+    killer = threading.Thread(target=crash_in_the_prompt)
+    killer.start()
     try:
-        os.kill(backend.pid, signal.SIGSEGV)
         with pytest.raises(EngineCrashed):
             list(backend.generate(prompt, GREEDY, tok.eog_ids))
+        killer.join()
         assert not amx_fault_record().exists() and backend.info.caveat == ""
     finally:
         backend.close()

@@ -234,3 +234,29 @@ def test_the_engine_takes_the_chats_header_instead_of_reading_the_file_again(smo
         assert backend.info.model_name == read_model_meta(smollm_path).name
     finally:
         backend.close()
+
+
+def _dead(pid: int) -> bool:
+    """The process has ended (a zombie not reaped yet, or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_an_engine_that_died_while_idle_answers_the_next_request_from_a_fresh_one(hosted, vocab):
+    """Found dead before anything was generated: the same request is answered, and said once."""
+    pid = hosted.pid
+    os.kill(pid, signal.SIGSEGV)
+    deadline = time.monotonic() + 60
+    while not _dead(pid):
+        assert time.monotonic() < deadline, "the engine did not die"
+        time.sleep(0.01)
+    again = list(hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    assert "Paris" in vocab.text(again)
+    assert hosted.pid is not None and hosted.pid != pid
+    notice = hosted.take_restart_notice()
+    assert notice is not None and "\n" not in notice
+    assert "died of SIGSEGV" in notice and "while idle" in notice and "started again" in notice
+    assert hosted.take_restart_notice() is None

@@ -180,20 +180,20 @@ async def test_history_sidebar_resume_rename_delete(scripted_app, store):
         await send(pilot, "and then?")
         await wait_reply(pilot)
         assert len(store.load(first).messages) == 4
-        await pilot.press("ctrl+b", "ctrl+b")  # close and reopen: the list has the focus
-        await pilot.press("r")
+        await pilot.press("ctrl+b", "ctrl+b")  # close and reopen: the search box has the focus
+        await pilot.press("ctrl+r")
         await pilot.pause()
         await pilot.press("ctrl+u", *"Renamed", "enter")
         await pilot.pause()
         assert store.list_conversations()[0].title == "Renamed"
-        await pilot.press("d")
+        await pilot.press("ctrl+d")
         await pilot.pause()
         await pilot.press("escape")  # cancel: nothing deleted
         await pilot.pause()
         assert len(store.list_conversations()) == 1
-        await pilot.press("d")
+        await pilot.press("ctrl+d")
         await pilot.pause()
-        await pilot.press("y")
+        await pilot.press("ctrl+d")
         await pilot.pause()
         assert store.list_conversations() == []
 

@@ -44,8 +44,11 @@ class AttachmentChips(Vertical):
         for index, item in enumerate(attachments):
             rows.append(Horizontal(
                 Label(f"📎 {item.summary()}", markup=False, classes="chip"),
-                Button("open", id=f"chip-open-{index}"), Button("edit", id=f"chip-edit-{index}"),
-                Button("×", id=f"chip-remove-{index}")))
+                # compact: a default Button is drawn in a tall border, which in a row of height 1 is
+                # all that shows (its label is never seen)
+                Button("open", id=f"chip-open-{index}", compact=True),
+                Button("edit", id=f"chip-edit-{index}", compact=True),
+                Button("×", id=f"chip-remove-{index}", compact=True)))
         if rows:
             self.mount_all(rows)
 

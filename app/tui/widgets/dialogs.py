@@ -1,4 +1,4 @@
-"""Small modal dialogs: confirm a deletion, type a new title."""
+"""Small modal dialogs: confirm an action, confirm a deletion, type a new title."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -32,6 +32,38 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal():
                 yield Button("Cancel", id="no")
                 yield Button(self.yes, id="yes", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class DeleteScreen(ModalScreen[bool]):
+    """Confirm deleting a conversation, with no key that a typed word can contain.
+
+    A burst of typing that lands here by accident (``y`` of "my", Enter, space) must
+    never delete: Cancel has the focus, so Enter and space keep the conversation, and
+    no letter is bound.  Deleting takes ctrl+d again (the key that asked), or Tab to
+    the Delete button and Enter, or a click on it.  Dismisses True only then.
+    """
+
+    DEFAULT_CSS = _CSS.format(name="DeleteScreen") + "DeleteScreen .hint { color: $text-muted; margin-top: 1; }\n"
+    BINDINGS = [Binding("escape", "dismiss(False)", "Keep"), Binding("ctrl+d", "dismiss(True)", "Delete")]
+
+    def __init__(self, title: str) -> None:
+        super().__init__()
+        self.title_shown = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"Delete “{self.title_shown}”?", markup=False)
+            yield Label("ctrl+d again (or Tab, Enter) deletes it; Esc or Enter keeps it. "
+                        "ctrl+z in the history brings it back until you quit.", classes="hint", markup=False)
+            with Horizontal():
+                yield Button("Cancel", id="no")
+                yield Button("Delete", id="yes", variant="error")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()

@@ -1,9 +1,13 @@
 """The history sidebar: stored conversations, newest first, with search.
 
-Keys inside the list: Enter resumes, ``r`` renames, ``d`` deletes (after a
-confirmation), ``n`` starts a new chat, ``f`` forks it (a new conversation
-holding its shown branch, linked to it; a fork's row says so).  The sidebar only posts messages;
-the app talks to the store.
+Typing in the sidebar always goes to its search box (Ctrl+B focuses it, and a
+printable key pressed on the list is moved there): a typed word must never act
+on a conversation.  So the sidebar's own keys are control keys, all named on its
+hint line: Up/Down move the highlight, Enter opens, ctrl+r renames, ctrl+d
+deletes (after a confirmation that no typed word can give), ctrl+z undoes the
+last deletion, ctrl+f forks (a new conversation holding its shown branch, linked
+to it; a fork's row says so), ctrl+n starts a new chat.  The sidebar only posts
+messages; the history (:class:`app.tui.history.ChatHistory`) talks to the store.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -21,6 +25,11 @@ from textual.widgets import Input, Label, ListItem, ListView, Static
 
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else ""
+
+
+#: every key the sidebar takes, as its hint line shows them (a key missing here is a key nobody finds)
+HINT = ("type to search · ↑↓ move · Enter open · ctrl+r rename · ctrl+d delete · ctrl+z undo delete · "
+        "ctrl+f fork · ctrl+n new · ctrl+b close")
 
 
 class ConversationItem(ListItem):
@@ -39,19 +48,25 @@ class HistorySidebar(Vertical):
     """Search box over a list of :class:`app.history.store.ConversationInfo` rows."""
 
     DEFAULT_CSS = """
-    HistorySidebar { width: 38; dock: left; display: none; border-right: vkey $panel; }
+    HistorySidebar { width: 46; dock: left; display: none; border-right: vkey $panel; }
     HistorySidebar.-open { display: block; }
     HistorySidebar > Input { margin: 0; }
     HistorySidebar > ListView { height: 1fr; }
     HistorySidebar .meta { color: $text-muted; }
+    /* a row wraps instead of being cut: "(fork)" and "fork of #N" end the lines */
+    HistorySidebar ConversationItem > Label { width: 1fr; }
     HistorySidebar > .hint { color: $text-muted; height: auto; padding: 0 1; }
     """
 
+    # priority: they act on the highlighted row from the search box too (ctrl+d there would
+    # otherwise delete a character); Up/Down reach here from the search box, the list has its own
     BINDINGS = [
-        Binding("r", "rename", "Rename"),
-        Binding("d,delete", "delete", "Delete"),
-        Binding("n", "new", "New"),
-        Binding("f", "fork", "Fork"),
+        Binding("ctrl+r", "rename", "Rename", priority=True),
+        Binding("ctrl+d", "delete", "Delete", priority=True),
+        Binding("ctrl+z", "undo_delete", "Undo delete", priority=True),
+        Binding("ctrl+f", "fork", "Fork", priority=True),
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
     ]
 
     @dataclass
@@ -73,17 +88,18 @@ class HistorySidebar(Vertical):
         conv_id: int
         title: str
 
-    class NewRequested(Message):
-        """The user asked for a new conversation from the sidebar."""
+    class UndoDeleteRequested(Message):
+        """ctrl+z: bring back the conversation deleted last."""
 
     @dataclass
     class SearchChanged(Message):
         text: str
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="search history", id="history-search")
+        # no select-all on focus: a key typed on the list and moved here adds to the search, never replaces it
+        yield Input(placeholder="search history", id="history-search", select_on_focus=False)
         yield ListView(id="history-list")
-        yield Static("Enter open · r rename · d delete · n new", classes="hint")
+        yield Static(HINT, classes="hint", markup=False)
 
     def show(self, conversations: Sequence) -> None:
         """Replace the rows (keeps the highlighted conversation when it is still there)."""
@@ -108,16 +124,40 @@ class HistorySidebar(Vertical):
         event.stop()
         self.post_message(self.SearchChanged(event.value))
 
+    def focus_search(self) -> None:
+        """Where Ctrl+B puts the cursor: typing searches."""
+        self.query_one("#history-search", Input).focus()
+
     @on(Input.Submitted, "#history-search")
-    def _to_list(self, event: Input.Submitted) -> None:
+    def _open_highlighted(self, event: Input.Submitted) -> None:
+        """Enter in the search box opens the highlighted conversation (Up/Down chose it)."""
         event.stop()
-        self.query_one(ListView).focus()
+        item = self._highlighted()
+        if item is not None:
+            self.post_message(self.ConversationSelected(item.info.id))
+
+    def on_key(self, event: events.Key) -> None:
+        """A printable key (or Backspace) pressed on the list goes to the search box, never to an action."""
+        search = self.query_one("#history-search", Input)
+        if self.app.focused is search or not (event.is_printable or event.key == "backspace"):
+            return
+        event.stop()
+        event.prevent_default()
+        search.focus()
+        if event.key == "backspace":
+            search.action_delete_left()
+        else:
+            search.insert_text_at_cursor(event.character or "")
 
     @on(ListView.Selected)
     def _selected(self, event: ListView.Selected) -> None:
         event.stop()
         if isinstance(event.item, ConversationItem):
             self.post_message(self.ConversationSelected(event.item.info.id))
+
+    def action_move(self, step: int) -> None:
+        view = self.query_one(ListView)
+        view.action_cursor_down() if step > 0 else view.action_cursor_up()
 
     def action_rename(self) -> None:
         item = self._highlighted()
@@ -129,8 +169,8 @@ class HistorySidebar(Vertical):
         if item is not None:
             self.post_message(self.DeleteRequested(item.info.id, item.info.title))
 
-    def action_new(self) -> None:
-        self.post_message(self.NewRequested())
+    def action_undo_delete(self) -> None:
+        self.post_message(self.UndoDeleteRequested())
 
     def action_fork(self) -> None:
         item = self._highlighted()
@@ -138,7 +178,5 @@ class HistorySidebar(Vertical):
             self.post_message(self.ForkRequested(item.info.id, item.info.title))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # typing in the search box must not rename/delete
-        if action in ("rename", "delete", "new", "fork") and isinstance(self.app.focused, Input):
-            return False
-        return True
+        """The sidebar's keys only while it is open (a closed sidebar keeps no focus, but be sure)."""
+        return self.has_class("-open")

@@ -3,13 +3,19 @@
 Enter sends; Shift+Enter and Ctrl+J insert a newline (most terminals send
 Shift+Enter as plain Enter, so Ctrl+J is the one that always works).  Up in
 an empty box walks back through the prompts sent so far, Down walks forward.
+The box's own bound keys (Backspace, Delete, arrows...) run in its key handler, so
+a burst of keys applies in the order typed (:meth:`PromptInput._run_own_binding`).
 Tab right after an ``@path`` word completes the path (attachments).
 
 Edit mode (Ctrl+G) is this widget's own state: :meth:`PromptInput.begin_edit`
 loads the last prompt and says so on the border, Esc (:meth:`end_edit`)
 leaves it, and the app ends it whenever the conversation on screen changes
 (new chat, /clear, another conversation, another model), so an edit can
-never be sent into a conversation it was not started in.  A bracketed paste
+never be sent into a conversation it was not started in.  The reply edit
+(``/reply`` alone: :meth:`begin_reply_edit`) is the same kind of state and
+ends the same way; its text (``/reply`` and one conversation's reply) leaves
+the box then, kept in the recall list (Up), since Enter would put it into the
+conversation switched to.  A bracketed paste
 is text: inserted in order with control characters made visible
 (:func:`app.tui.inert.inert_text`), never read as keys, never sent.  A large
 one (``chip_rule`` says so) is posted as :class:`PromptInput.ChipPasted`
@@ -27,6 +33,7 @@ from textual.widgets import TextArea
 
 #: on the box's border while an edit is pending
 EDIT_TITLE = "editing the last prompt · Enter resends it in its place · Esc cancels"
+REPLY_TITLE = "editing the last reply · Enter continues from your text · Esc cancels"
 
 
 class PromptInput(TextArea):
@@ -44,6 +51,8 @@ class PromptInput(TextArea):
 
     #: Enter replaces the last prompt (Ctrl+G) instead of sending a new one
     editing: reactive[bool] = reactive(False)
+    #: the box holds ``/reply`` and the last reply to edit (``/reply`` alone); Enter continues from it
+    replying: reactive[bool] = reactive(False)
 
     @dataclass
     class Submitted(Message):
@@ -80,29 +89,60 @@ class PromptInput(TextArea):
 
     def begin_edit(self, text: str) -> None:
         """Put ``text`` (the last prompt) in the box; the next Enter replaces it."""
+        self.replying = False  # one edit at a time: the box now holds the prompt
         self.load_text(text)
         self.move_cursor(self.document.end)
         self.editing = True
         self.focus()
 
+    def begin_reply_edit(self, reply: str) -> None:
+        """Put ``/reply`` and the last reply in the box; Enter continues from the edited text."""
+        self.end_edit("")  # one edit at a time (nothing to say: the new one is on the border)
+        self.load_text(f"/reply {reply}")
+        self.move_cursor(self.document.end)
+        self.replying = True
+        self.focus()
+
     def end_edit(self, why: str, *, clear: bool = False) -> bool:
-        """Leave edit mode (False if not editing); ``clear`` empties the box, else the text stays."""
-        if not self.editing:
-            return False
-        self.editing = False
-        if clear:
+        """Leave edit mode (False if not editing); ``clear`` empties the box, else a prompt edit's text
+        stays.  A reply edit's text never stays: it goes to the recall list (Up)."""
+        if self.replying:
+            self.replying = False
+            if self.text.strip() and not clear:
+                self.remember(self.text)
             self.load_text("")
-        self.post_message(self.EditEnded(self, why))
+        elif self.editing:
+            self.editing = False
+            if clear:
+                self.load_text("")
+        else:
+            return False
+        if why:
+            self.post_message(self.EditEnded(self, why))
         return True
 
+    def conversation_changed(self, why: str) -> None:
+        """The conversation on screen changes (``why``): an edit pending for the old one ends, and says how."""
+        if self.replying:
+            self.end_edit(f"{why}: the edit of the last reply ended and that reply is unchanged; "
+                          "Up brings your text back")
+        else:
+            self.end_edit(f"{why}: the edit of the last prompt ended; its text stays in the box")
+
     def watch_editing(self, editing: bool) -> None:
-        self.border_title = EDIT_TITLE if editing else ""
-        self.set_class(editing, "-editing")
+        self._show_mode()
+
+    def watch_replying(self, replying: bool) -> None:
+        self._show_mode()
+
+    def _show_mode(self) -> None:
+        self.border_title = EDIT_TITLE if self.editing else REPLY_TITLE if self.replying else ""
+        self.set_class(self.editing or self.replying, "-editing")
         self.app.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_edit":
-            return self.editing  # otherwise Esc goes on to the app (stop a reply)
+            return self.editing or self.replying  # otherwise Esc goes on to the app (stop a reply)
         return True
 
     def action_cancel_edit(self) -> None:
@@ -141,6 +181,7 @@ class PromptInput(TextArea):
             text = self.text
             if text.strip():
                 self.post_message(self.Submitted(self, text, self.editing))
+                self.replying = False  # its text went with the Enter (as the /reply command)
             elif text:
                 self.load_text("")  # whitespace alone is not a message, and must not lead the next one
             return
@@ -165,7 +206,26 @@ class PromptInput(TextArea):
             return
         if event.is_printable or key in ("backspace", "delete"):
             self._recall = None
+        if not event.is_printable and await self._run_own_binding(event):
+            return
         await super()._on_key(event)
+
+    async def _run_own_binding(self, event: events.Key) -> bool:
+        """Run this box's own binding of ``event`` (Backspace, Delete, the arrows, Home...) now.
+
+        Left to Textual, a bound key bubbles up to the app before its binding runs, while printable
+        keys are inserted here at once: in a burst (a fast typist, keys typed while a reply streams)
+        the letters typed after a Backspace then land before it.  Run here, every key applies in the
+        order it was typed.  False when no binding of this box takes the key (or its check refuses).
+        """
+        for binding in self._bindings.key_to_bindings.get(event.key, ()):
+            if binding.priority:
+                continue  # the app already ran priority bindings before the key reached the box
+            if await self.app.run_action(binding.action, self):
+                event.stop()
+                event.prevent_default()
+                return True
+        return False
 
     def _complete_at(self) -> bool:
         """Tab after ``@partial/pa``: complete the path (app.conversation.attachments.complete_path); False if none."""

@@ -14,7 +14,7 @@ import pytest
 from app.conversation.branches import from_links
 from app.history.export import conversation_from_json, to_json, to_markdown
 from app.conversation.session import ChatMessage
-from app.history.store import _MIGRATIONS, SCHEMA_VERSION, ChatStore
+from app.history.store import _MIGRATIONS, SCHEMA_VERSION, ChatStore, StoreError
 
 
 def _old_database(path, version: int) -> None:
@@ -80,3 +80,30 @@ def test_siblings_the_shown_branch_and_the_tree_in_exports(tmp_path):
     assert [m.content for m in again.messages] == ["Capital of France?", "Paris.", "Population?"]
     assert [m.content for m in again.branches] == ["It is Paris."]
     assert again.branches[0].parent_id == again.messages[0].id
+
+
+def test_a_deleted_conversation_is_restored_with_its_ids_branches_and_fork_links(tmp_path):
+    """Undo of a delete (ctrl+z in the history list): every id comes back the same, so forks that name
+    it and a window still recording into it find it again; a reply still being written comes back
+    interrupted."""
+    store = ChatStore(tmp_path / "history.sqlite3")
+    conv = store.new_conversation("m.gguf", "chatml", "Be brief.", {"temperature": 0.2}, title="kept")
+    user = store.add_message(conv, ChatMessage("user", "Hi"))
+    first = store.add_message(conv, ChatMessage("assistant", "Hello.", finish_reason="stop"), parent_id=user)
+    second = store.add_message(conv, ChatMessage("assistant", "Hey.", finish_reason="stop"), parent_id=user)
+    store.show_branch(conv, first)
+    open_reply = store.begin_reply(conv, parent_id=first)
+    fork = store.fork(conv, first)
+    before = store.load(conv)
+    store.delete(conv)
+    assert not store.exists(conv) and store.load(fork).info.forked_from == conv
+    store.restore(before)
+    after = store.load(conv)
+    assert store.exists(conv) and after.info == before.info
+    assert [m.id for m in after.messages] == [user, first, open_reply]
+    assert [m.id for m in after.branches] == [second] and after.branches[0].parent_id == user
+    assert after.messages[-1].finish_reason == "interrupted"
+    assert [(m.role, m.content) for m in after.messages[:2]] == [(m.role, m.content) for m in before.messages[:2]]
+    with pytest.raises(StoreError, match="already there"):
+        store.restore(before)
+    store.close()
