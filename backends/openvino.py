@@ -38,7 +38,7 @@ DEVICE_ORDER = ("GPU", "NPU", "CPU")
 #: shown when the model loads: where OpenVINO's sampling means something else
 SAMPLING_NOTE = ("OpenVINO samples with its own engine: its repeat penalty counts the whole conversation, "
                  "not the last repeat_last_n ids (set --repeat-penalty 1 for replies that match llama.cpp)")
-#: GGUF quantizations OpenVINO's GGUF reader converts with a loss, and why (measured in the README):
+#: GGUF quantizations OpenVINO's GGUF reader converts with a loss, and why (measured in docs/fidelity.md):
 #: Q4_1 stores each block as d * q + m with a float minimum m; the reader turns m into a whole-number
 #: 4-bit zero point round(-m / d), so every weight of a block moves by up to half a step (8.9% of
 #: the mean weight magnitude on SmolLM2), and 30% of greedy next-token picks differ from llama.cpp.

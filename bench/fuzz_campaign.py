@@ -139,7 +139,7 @@ def seconds_until(hhmm: str) -> float:
 
 
 def table(results: list[Result], header: str) -> str:
-    """The campaign as a Markdown table (the README's)."""
+    """The campaign as a Markdown table (docs/hardening.md's)."""
     lines = [header, "",
              "| target | executions | wall | CPU | execs/CPU s | cov | ft | corpus | findings |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

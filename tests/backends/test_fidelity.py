@@ -2,7 +2,7 @@
 
 llama.cpp is the oracle twice: on the Q4_1 file as users run it, and on the
 same weights dequantized to F32 by its own quantize API (exact arithmetic).
-What held when this was written (see the README's fidelity table): MLX agrees
+What held when this was written (see docs/fidelity.md): MLX agrees
 with the exact computation at every one of 300 positions, and with llama.cpp's
 Q4_1 kernel at 96.7 to 98% depending on the CPU; llama.cpp's Q4_1 kernel itself
 agrees with the exact computation about as often (its dot products quantize

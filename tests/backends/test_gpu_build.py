@@ -4,7 +4,7 @@ Only the hardware facts are faked here (``nvidia-smi``, ``nvcc``, ``rocminfo``
 as scripts on a fake PATH, the probe's machine files): the choosing, keying,
 fitting and reporting code is the real one, and the engine that loads is the
 real llama.cpp build of this machine.  The CUDA build itself ran on an H100
-(``bench/gpu_check.sh``, README "The GPU check"); its engine log is the
+(``bench/gpu_check.sh``, docs/engine.md, "The GPU check"); its engine log is the
 fixture ``data/h100-load.log``, llama.cpp's own words.
 """
 from __future__ import annotations

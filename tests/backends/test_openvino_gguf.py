@@ -3,7 +3,7 @@
 OpenVINO GenAI's GGUF reader stores a Q4_1 block (``d * q + m``) as 4-bit
 weights with a whole-number zero point ``round(-m / d)``, so every weight of a
 block moves by up to half a step; on SmolLM2 its greedy next-token picks
-agree with llama.cpp's at about 70% (README: fidelity).  Q8_0 is converted
+agree with llama.cpp's at about 70% (docs/fidelity.md).  Q8_0 is converted
 without that loss.  The load notes, the model bar and ``tokchat doctor`` name it.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ from it (the time it states is the result's), and the turn's counts include
 every id of the call and of the result.
 
 The 0.5B model, and the 1.5B without the instructions, call the tool again
-after its result instead of answering (measured; the README says so).
+after its result instead of answering (measured; docs/tools.md says so).
 """
 from __future__ import annotations
 
