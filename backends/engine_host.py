@@ -6,27 +6,11 @@ inside the chat they would take the UI, the terminal and the reply with
 them, so each loaded model lives here instead, in a child process that
 speaks ids over a pipe, as ollama runs each model in its own runner.
 
-The wire: one JSON object per line.  The parent writes requests on our
-stdin; we answer on the stdout we were given, which is moved off fd 1 at
-start so that nothing an engine prints there can corrupt the stream (fd 1
-and 2 both go to the engine log).
-
-Requests (parent -> child)::
-
-    {"op": "load", "engine": "llama.cpp", "device": "CPU", "path": ..., "options": {...}, "meta": {...}}
-    {"op": "generate", "job": 3, "prompt": [ids], "sampling": {...}, "stop": [ids]}
-    {"op": "cancel", "job": 3}          # acted on at once, by the reader thread
-    {"op": "close"}
-
-Answers (child -> parent), every one of a generation tagged with its job::
-
-    {"loaded": {BackendInfo fields}}  |  {"error": "one line"}
-    {"job": 3, "progress": [done, total]}           # while the prompt is evaluated
-    {"job": 3, "ids": [id], "evaluated": n, "draft": [drafted, accepted]}   # every generated id
-    {"job": 3, "done": true, "evaluated": n, "draft": [drafted, accepted]}  |  {"job": 3, "error": "one line"}
-
-(``draft`` only when the backend speculates: its ``last_draft_counts``, current
-with each id, since the reader stops reading at a stop id.)
+The wire: :mod:`backends.engine_wire` (typed messages, one JSON line each).
+The parent writes requests on our stdin; we answer on the stdout we were
+given, which is moved off fd 1 at start so that nothing an engine prints there
+can corrupt the stream (fd 1 and 2 both go to the engine log).  A cancel is
+acted on at once by the reader thread; everything else waits its turn.
 
 Sampling stays here, beside the logits; only ids cross the pipe.  ``meta``
 is the header's scalar facts as the chat read them (optional).
@@ -38,30 +22,18 @@ the first request is still on its way.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import queue
 import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from backends.base import BackendError, LoadOptions, PromptProgress, SamplingParams
-
-
-class _Wire:
-    """The answer stream: whole lines, written under a lock (the engine thread reports progress too)."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self._out = out
-        self._lock = threading.Lock()
-
-    def send(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
-        with self._lock:
-            self._out.write(line)
-            self._out.flush()
+from backends.engine_wire import (
+    Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, decode,
+)
 
 
 #: what ``--warm ENGINE`` imports ahead of the load request: the modules the load would import first
@@ -90,7 +62,7 @@ def _make_backend(engine: str, device: str):
 class EngineHost:
     """Serves one backend to the parent; see the module docstring."""
 
-    def __init__(self, wire: _Wire, warming: threading.Thread | None = None) -> None:
+    def __init__(self, wire: LineWriter, warming: threading.Thread | None = None) -> None:
         self.wire = wire
         #: the ``--warm`` import, joined before a load imports anything: two threads importing
         #: overlapping modules at once can meet in CPython's per-module import locks
@@ -102,84 +74,80 @@ class EngineHost:
     def read_requests(self, stdin: IO[bytes]) -> None:
         """The reader thread: a cancel acts at once, everything else waits its turn."""
         for line in stdin:
-            request = json.loads(line)
-            if request.get("op") == "cancel":
-                if self.backend is not None and request.get("job") == self.current_job:
+            request = decode(line)
+            if isinstance(request, Cancel):
+                if self.backend is not None and request.job == self.current_job:
                     self.backend.cancel()
                 continue
             self.requests.put(request)
-        self.requests.put({"op": "close"})  # the parent is gone: end
+        self.requests.put(Close())  # the parent is gone: end
 
     def serve(self) -> None:
         while True:
             request = self.requests.get()
-            op = request.get("op")
-            if op == "close":
+            if isinstance(request, Close):
                 return
-            if op == "load":
+            if isinstance(request, Load):
                 self._load(request)
-            elif op == "generate":
+            elif isinstance(request, Generate):
                 self._generate(request)
 
-    def _load(self, request: dict[str, Any]) -> None:
+    def _load(self, request: Load) -> None:
         if self.warming is not None:
             self.warming.join()
             self.warming = None
         try:
             paths = ("log_path", "draft_model")
-            options = LoadOptions(**{k: v for k, v in request["options"].items() if k not in paths})
+            options = LoadOptions(**{k: v for k, v in request.options.items() if k not in paths})
             for key in paths:
-                if request["options"].get(key):
-                    setattr(options, key, Path(request["options"][key]))
-            if request.get("meta"):  # the header the chat already read: not parsed a second time here
+                if request.options.get(key):
+                    setattr(options, key, Path(request.options[key]))
+            if request.meta:  # the header the chat already read: not parsed a second time here
                 from backends.model_meta import meta_from_facts
 
-                options.model_meta = meta_from_facts(request["path"], request["meta"])
-            backend = _make_backend(request["engine"], request["device"])
-            backend.load(Path(request["path"]), options)
+                options.model_meta = meta_from_facts(request.path, request.meta)
+            backend = _make_backend(request.engine, request.device)
+            backend.load(Path(request.path), options)
         except BackendError as exc:
-            self.wire.send({"error": str(exc)})
+            self.wire.send(LoadFailed(str(exc)))
             return
         self.backend = backend
-        self.wire.send({"loaded": asdict(backend.info)})
+        self.wire.send(Loaded(asdict(backend.info)))
 
-    def _generate(self, request: dict[str, Any]) -> None:
-        job = request["job"]
+    def _generate(self, request: Generate) -> None:
+        job = request.job
         backend = self.backend
         if backend is None:
-            self.wire.send({"job": job, "error": "no model loaded"})
+            self.wire.send(Failed(job, "no model loaded"))
             return
         send = self.wire.send
 
         def progress(p: PromptProgress) -> None:
-            send({"job": job, "progress": [p.done, p.total]})
+            send(Progress(job, p.done, p.total))
 
         if hasattr(backend, "on_prompt_progress"):
             backend.on_prompt_progress = progress
         self.current_job = job
         try:
-            for token in backend.generate(request["prompt"], SamplingParams(**request["sampling"]),
-                                          request["stop"]):
-                answer = {"job": job, "ids": [int(token)], "evaluated": backend.last_prompt_evaluated}
-                counts = getattr(backend, "last_draft_counts", None)
-                if counts is not None:  # current with each id: the reader may stop at a stop id
-                    answer["draft"] = [counts.drafted, counts.accepted]
-                send(answer)
+            for token in backend.generate(request.prompt, SamplingParams(**request.sampling), request.stop):
+                # the draft counts travel with every id: the reader may stop at a stop id
+                send(Ids(job, [int(token)], backend.last_prompt_evaluated, _draft(backend)))
         except BackendError as exc:
-            send({"job": job, "error": str(exc)})
+            send(Failed(job, str(exc)))
             return
         finally:
             self.current_job = None
-        done: dict[str, Any] = {"job": job, "done": True, "evaluated": backend.last_prompt_evaluated}
-        counts = getattr(backend, "last_draft_counts", None)
-        if counts is not None:
-            done["draft"] = [counts.drafted, counts.accepted]
-        send(done)
+        send(Done(job, backend.last_prompt_evaluated, _draft(backend)))
+
+
+def _draft(backend) -> tuple[int, int] | None:
+    counts = getattr(backend, "last_draft_counts", None)
+    return (counts.drafted, counts.accepted) if counts is not None else None
 
 
 def main() -> int:
     # the answer stream gets its own descriptor; fd 1 then joins fd 2 (the engine log the parent opened)
-    wire = _Wire(os.fdopen(os.dup(1), "wb"))
+    wire = LineWriter(os.fdopen(os.dup(1), "wb"))
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     faulthandler.enable()  # a native crash leaves the Python stack in the engine log

@@ -22,7 +22,6 @@ two no longer share one interpreter.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import signal
@@ -36,12 +35,15 @@ from typing import Any, Collection, Iterator, Sequence
 
 from backends.base import BackendError, BackendInfo, DraftCounts, LoadOptions, PromptProgress, SamplingParams
 from backends.cpu import has_amx
+from backends.engine_wire import (
+    Cancel, Close, Done, EngineGone, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, Request,
+    WireError, decode,
+)
 
 #: how often a waiting caller re-checks the cancel flag, in seconds
 _POLL_S = 0.02
 #: how long closing waits for the child to end by itself before it is killed
 CLOSE_TIMEOUT_S = 10.0
-_EOF = object()
 #: the repository root, so that ``-m backends.engine_host`` imports this very tree
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,7 +117,8 @@ class _Child:
                 stderr=log, env=env, **own_process_group(),
             )
         self.answers: queue.Queue = queue.Queue()
-        self._write_lock = threading.Lock()
+        assert self.proc.stdin is not None
+        self._writer = LineWriter(self.proc.stdin)
         threading.Thread(target=self._read, name="tokchat-engine-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -123,19 +126,15 @@ class _Child:
         with self.proc.stdout:  # closed here, by its only reader: closing it from another thread would wait
             for line in self.proc.stdout:  # for the buffer lock this read holds until EOF
                 try:
-                    self.answers.put(json.loads(line))
-                except ValueError:
-                    continue  # not ours: the wire is whole JSON lines only
-        self.answers.put(_EOF)
+                    self.answers.put(decode(line))
+                except WireError:
+                    continue  # not ours: the engine answers in engine_wire's messages only
+        self.answers.put(EngineGone())
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: Request) -> bool:
         """Write one request; False if the child is gone (its crash is reported by the reader)."""
-        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         try:
-            with self._write_lock:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
+            self._writer.send(message)
         except (BrokenPipeError, OSError, ValueError):
             return False
         return True
@@ -150,7 +149,7 @@ class _Child:
 
     def stop(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         if self.proc.poll() is None:
-            self.send({"op": "close"})
+            self.send(Close())
             try:
                 self.proc.wait(timeout)  # the engine frees its model and ends with status 0
             except subprocess.TimeoutExpired:
@@ -274,17 +273,16 @@ class HostedBackend:
         wire_options = {k: v for k, v in asdict(replace(options, model_meta=None)).items() if k != "model_meta"}
         wire_options["log_path"] = str(self.log_path)
         wire_options["draft_model"] = str(options.draft_model) if options.draft_model else None
-        request: dict[str, Any] = {"op": "load", "engine": self.engine, "device": self.device,
-                                   "path": str(self._model_path), "options": wire_options}
         meta = options.model_meta
+        facts = None
         if meta is not None and Path(meta.path).absolute() == self._model_path:
             from backends.model_meta import header_facts
 
-            request["meta"] = header_facts(meta)
-        child.send(request)
+            facts = header_facts(meta)
+        child.send(Load(self.engine, self.device, str(self._model_path), wire_options, facts))
         answer = child.answers.get()
-        if answer is _EOF or "error" in answer:
-            if answer is _EOF:
+        if not isinstance(answer, Loaded):
+            if isinstance(answer, EngineGone):
                 code = child.proc.wait()
                 if amx_fault(child, code, options):
                     child.stop()
@@ -293,12 +291,11 @@ class HostedBackend:
                 message = (f"the {self.engine} engine {describe_exit(code)} while loading "
                            f"{self._model_path.name} (engine log: {self.log_path})")
             else:
-                message = answer["error"]
+                message = answer.error if isinstance(answer, LoadFailed) else f"the engine answered {answer!r}"
             child.stop()
             raise BackendError(message)
         self._child = child
-        info = answer["loaded"]
-        self.info = BackendInfo(**info)
+        self.info = BackendInfo(**answer.info)
         self.info.notes = [*self._restart_notes, *self.info.notes]
         if not self._options.repack and not self.info.caveat:
             self.info.caveat = "AMX repacking off (llama.cpp #20824)"
@@ -364,7 +361,7 @@ class HostedBackend:
         started = None
         child = self._child
         assert child is not None
-        child.send({"op": "generate", "job": job, "prompt": prompt, "sampling": asdict(sampling), "stop": stops})
+        child.send(Generate(job, prompt, asdict(sampling), stops))
         shown = 0
         finished = False
         try:
@@ -375,7 +372,7 @@ class HostedBackend:
                     answer = child.answers.get(timeout=_POLL_S)
                 except queue.Empty:
                     continue
-                if answer is _EOF:
+                if isinstance(answer, EngineGone):
                     crash = self._crash(child)
                     if shown == 0 and self._options is not None and amx_fault(child, crash.returncode, self._options):
                         self._safe_restart_options()
@@ -383,40 +380,36 @@ class HostedBackend:
                         yield from self._stream(prompt, sampling, stops)
                         return
                     raise crash
-                if answer.get("job") != job:
+                if getattr(answer, "job", None) != job:
                     continue  # a late answer of a cancelled job
-                if "progress" in answer:
-                    done, total = answer["progress"]
+                if isinstance(answer, Progress):
                     if started is None:
                         started = time.monotonic()
-                    self.prompt_progress = PromptProgress(done, total, started)
-                elif "ids" in answer:
-                    self.last_prompt_evaluated = answer["evaluated"]
-                    if answer.get("draft"):
-                        self.last_draft_counts = DraftCounts(*answer["draft"])
-                    for token in answer["ids"]:
+                    self.prompt_progress = PromptProgress(answer.done, answer.total, started)
+                elif isinstance(answer, (Ids, Done)):
+                    self.last_prompt_evaluated = answer.evaluated
+                    if answer.draft:
+                        self.last_draft_counts = DraftCounts(*answer.draft)
+                    if isinstance(answer, Done):
+                        finished = True
+                        return
+                    for token in answer.ids:
                         shown += 1
                         yield token
-                elif "done" in answer:
-                    self.last_prompt_evaluated = answer["evaluated"]
-                    if answer.get("draft"):
-                        self.last_draft_counts = DraftCounts(*answer["draft"])
+                elif isinstance(answer, Failed):
                     finished = True
-                    return
-                elif "error" in answer:
-                    finished = True
-                    raise BackendError(answer["error"])
+                    raise BackendError(answer.error)
         finally:
             if not finished and not cancel.is_set() and self._child is child:
                 # a caller that stops iterating early also stops the engine
                 cancel.set()
-                child.send({"op": "cancel", "job": job})
+                child.send(Cancel(job))
 
     def cancel(self) -> None:
         self._cancel.set()
         child = self._child
         if child is not None:
-            child.send({"op": "cancel", "job": self._job})
+            child.send(Cancel(self._job))
 
     def close(self) -> None:
         child, self._child = self._child, None

@@ -1,0 +1,145 @@
+"""The engine pipe's messages, both ways, as typed values: the one definition both ends use.
+
+:mod:`backends.hosted` (the chat's side) writes requests and reads answers;
+:mod:`backends.engine_host` (the engine's process) reads requests and writes
+answers.  Each message is a frozen dataclass; on the pipe it is one JSON
+line ``{"type": "<ClassName>", ...fields}``, written whole under a lock by a
+:class:`LineWriter`, so a reader tells messages apart by their type, never by
+which key happens to be present.
+
+Requests (chat -> engine): :class:`Load`, :class:`Generate`, :class:`Cancel`
+(acted on at once by the engine's reader thread), :class:`Close`.
+Answers (engine -> chat): :class:`Loaded` or :class:`LoadFailed` to a load;
+to a generation, tagged with its job: :class:`Progress` while the prompt is
+evaluated, :class:`Ids` for every generated id (with the evaluated-prompt
+count and the draft counts current at that id, since the chat stops reading
+at a stop id), then :class:`Done` or :class:`Failed`.  :class:`EngineGone` is
+never sent: the chat's reader puts it in the queue when the pipe closes, the
+one way an engine's death reaches the code waiting for an answer.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from typing import IO, Any, Union
+
+
+@dataclass(frozen=True)
+class Load:
+    engine: str
+    device: str
+    path: str
+    #: LoadOptions as plain values (paths as strings, no model_meta)
+    options: dict[str, Any]
+    #: the header's scalar facts as the chat read them (backends.model_meta.header_facts), or None
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Generate:
+    job: int
+    prompt: list[int]
+    sampling: dict[str, Any]
+    stop: list[int]
+
+
+@dataclass(frozen=True)
+class Cancel:
+    job: int
+
+
+@dataclass(frozen=True)
+class Close:
+    pass
+
+
+@dataclass(frozen=True)
+class Loaded:
+    #: BackendInfo's fields
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    error: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    job: int
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Ids:
+    job: int
+    ids: list[int]
+    #: prompt ids the engine evaluated for this reply (the rest came from its cache)
+    evaluated: int
+    #: (drafted, accepted) so far when the engine speculates, else None
+    draft: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    job: int
+    evaluated: int
+    draft: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    job: int
+    error: str
+
+
+@dataclass(frozen=True)
+class EngineGone:
+    """Not a message: the pipe closed (the engine ended or died)."""
+
+
+Request = Union[Load, Generate, Cancel, Close]
+Answer = Union[Loaded, LoadFailed, Progress, Ids, Done, Failed]
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (Load, Generate, Cancel, Close, Loaded, LoadFailed,
+                                                          Progress, Ids, Done, Failed)}
+
+
+class WireError(ValueError):
+    """A line that is not one of the messages above."""
+
+
+def encode(message: Request | Answer) -> bytes:
+    return json.dumps({"type": type(message).__name__, **asdict(message)}, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes | str) -> Request | Answer:
+    try:
+        data = json.loads(line)
+        cls = _TYPES[data.pop("type")]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise WireError(f"not an engine message: {line[:80]!r}") from exc
+    names = {f.name for f in fields(cls)}
+    if set(data) - names:
+        raise WireError(f"{cls.__name__} has no field(s) {sorted(set(data) - names)}")
+    if data.get("draft") is not None:
+        data["draft"] = tuple(data["draft"])
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise WireError(f"{cls.__name__}: {exc}") from exc
+
+
+@dataclass
+class LineWriter:
+    """Writes whole messages to one stream under a lock (two threads of one end may write)."""
+
+    stream: IO[bytes]
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def send(self, message: Request | Answer) -> None:
+        data = encode(message)
+        with self._lock:
+            self.stream.write(data)
+            self.stream.flush()
