@@ -94,9 +94,9 @@ class DraftSources:
             self.ngram.extend(ids)
         self.model.extend(ids)
 
-    def draft(self, limit: int | None = None) -> list[int]:
-        found = self.ngram.draft(limit) if self.ngram is not None else []
-        if found:
+    def draft(self, limit: int | None = None, room: int | None = None, long_only: bool = False) -> list[int]:
+        found = self.ngram.draft(limit, room, long_only) if self.ngram is not None else []
+        if found or long_only:  # a draft model that keeps failing is not asked again in this reply
             return found
         return self.model.draft(limit if limit is not None else self.model.config.max_draft)
 
@@ -333,12 +333,12 @@ class LlamaCppBackend:
         while not (token in stops or emitted >= max_tokens or cancelled() or len(engine.tokens) >= n_ctx):
             base = len(engine.tokens)
             draft: list[int] = []
-            if policy.active and drafter is not None:
+            if drafter is not None:
                 drafter.extend((token,))
                 # room for the draft: the context's free positions after ``token``, ids the reply may still emit
-                draft = drafter.draft(min(n_ctx - base - 1, max_tokens - emitted - 1, policy.limit))
-            elif drafter is not None:
-                drafter = None  # auto gave up for this reply: no more bookkeeping
+                room = min(n_ctx - base - 1, max_tokens - emitted - 1)
+                # once auto gave up on chance matches, only a long match (a copy) still drafts
+                draft = drafter.draft(min(room, policy.limit), room, long_only=not policy.active)
             if not draft:
                 engine.decode((token,))
                 token = sampler.sample(engine.ctx)

@@ -49,6 +49,13 @@ class DrafterConfig:
     min_draft: int = 2
     #: the first draft's length; it doubles after a draft kept whole and halves after one that failed
     start_draft: int = 16
+    #: a match of the longest lookup size (24 ids) is a copy, not a coincidence: it drafts up to this many ids
+    #: whatever the current length, and still drafts after ``auto`` gave up on chance matches (llama-server's
+    #: ngram-mod drafts only such matches, 48 to 64 ids: why it kept 152 of 152 on prose where the lookup of
+    #: 6- and 12-id matches kept 44 of 96 and then gave up before the story started repeating itself)
+    long_draft: int = 64
+    #: how many ids a match must have to count as such a copy
+    long_match: int = 24
 
 
 class NgramDrafter:
@@ -78,23 +85,29 @@ class NgramDrafter:
                     index[tuple(all_ids[end - n:end])] = end
             all_ids.append(int(token))
 
-    def draft(self, limit: int | None = None) -> list[int]:
+    def draft(self, limit: int | None = None, room: int | None = None, long_only: bool = False) -> list[int]:
         """The ids that followed the latest earlier occurrence of the context's longest matching suffix.
 
-        At most ``limit`` (default ``config.max_draft``) ids; ``[]`` when no
-        suffix of the configured sizes occurred before, or the match would
-        give fewer than ``config.min_draft`` ids.
+        At most ``limit`` (default ``config.max_draft``) ids, except that a
+        match of ``config.long_match`` ids or more may give up to
+        ``config.long_draft`` (never more than ``room``, the ids the context
+        and the reply still take); ``long_only`` looks for such a match only.  ``[]`` when no suffix of
+        the sizes occurred before, or the match would give fewer than
+        ``config.min_draft`` ids.
         """
         cap = self.config.max_draft if limit is None else min(limit, self.config.max_draft)
-        if cap < self.config.min_draft:
-            return []
+        room = self.config.long_draft if room is None else room
         ids = self.ids
         for n, index in self._index.items():
+            is_long = n >= self.config.long_match
+            if long_only and not is_long:
+                break
             if len(ids) < n:
                 continue
             start = index.get(tuple(ids[-n:]))
             if start is not None:
-                found = ids[start:start + cap]
+                take = max(cap, min(self.config.long_draft, room)) if is_long else cap
+                found = ids[start:start + min(take, room)]
                 return found if len(found) >= self.config.min_draft else []
         return []
 

@@ -398,3 +398,16 @@ def test_remote_without_speculation_reports_none():
     stream.feed({"content": "", "tokens": [], "stop": True, "tokens_predicted": 4,
                  "timings": {"predicted_n": 4, "draft_n": 9, "draft_n_accepted": 3}})
     assert stream.draft_counts == DraftCounts(9, 3)
+
+
+def test_a_long_match_is_a_copy_drafted_long_and_even_after_auto_gave_up():
+    """A 24-id match drafts up to ``long_draft`` ids whatever the current length; a 6-id match only the length."""
+    config = DrafterConfig()
+    story = list(range(1000, 1100))  # a run the reply is about to repeat
+    drafter = NgramDrafter(story + list(range(2000, 2010)) + story[:24], config)
+    assert drafter.draft(limit=16) == story[24:24 + config.long_draft]
+    assert drafter.draft(limit=16, room=10) == story[24:34]  # never past the context's or the reply's room
+    assert drafter.draft(limit=16, long_only=True) == story[24:24 + config.long_draft]
+    chance = NgramDrafter(story + list(range(2000, 2010)) + story[:6], config)
+    assert chance.draft(limit=16) == story[6:22]  # a 6-id match: the current length only
+    assert chance.draft(limit=16, long_only=True) == []  # after auto gave up: chance matches are not drafted

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J hello \x9b2J"
@@ -25,16 +26,6 @@ RAW = ("\x1b", "\x07", "\x9b")
 pytestmark = pytest.mark.slow
 
 
-def child_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
-        env[name] = str(tmp_path / "xdg" / name.lower())
-    env["TOKCHAT_DATA_DIR"] = str(tmp_path / "data")
-    env["TOKCHAT_CONFIG_DIR"] = str(tmp_path / "config")
-    env["PYTHONPATH"] = str(ROOT)
-    env["HF_HUB_OFFLINE"] = "1"
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
 
 
 def on_terminal(env: dict[str, str], *args: str) -> str:
