@@ -191,7 +191,7 @@ def ensure_build(accelerator: Accelerator, *, say: Say = print, source: Path | N
         llama = root / "vendor" / "llama.cpp"
         for changed in apply_all(llama):
             say(f"patched {changed.relative_to(root)}")
-        how_long = {"cpu": "about 10 min on 2 cores, 2 min on 16", "cuda": "3 to 6 min on 16 cores, for this GPU "
+        how_long = {"cpu": "about 6 min on 2 idle cores, 2 on 16", "cuda": "3 to 6 min on 16 cores, for this GPU "
                     "only", "hip": "several minutes, for this GPU only", "metal": "a few minutes"}[accelerator.kind]
         say(f"compiling llama.cpp once for {accelerator.label}: the engine's libraries, llama-server and the RPC "
             f"worker ({how_long}; once per machine) ...")
