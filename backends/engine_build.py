@@ -305,7 +305,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if accelerator.missing:
         say(f"note: {accelerator.missing}; building for the CPU meanwhile")
-    folder = ensure_build(accelerator, source=args.source, jobs=args.jobs, extra_targets=tuple(args.extra), say=say)
+    try:
+        folder = ensure_build(accelerator, source=args.source, jobs=args.jobs, extra_targets=tuple(args.extra),
+                              say=say)
+    except RuntimeError as exc:
+        if accelerator.kind == "cpu" or os.environ.get("TOKCHAT_ACCELERATOR"):
+            raise
+        # a GPU toolkit that cannot build llama.cpp must not leave the user without a chat
+        say(f"note: the {accelerator.label} build failed ({exc}); building for the CPU meanwhile, and the chat "
+            "will say the GPU is unused")
+        folder = ensure_build(Accelerator("cpu"), source=args.source, jobs=args.jobs,
+                              extra_targets=tuple(args.extra), say=say)
     if args.install:
         install_engine(folder, args.source, say)
     print(folder)
