@@ -2,7 +2,10 @@
 
 ``show`` prints the merged settings as TOML, each value followed by where it
 came from (default.toml, the model's preset, the user's config.toml, a flag),
-so "why is the temperature 0.2?" has an answer.
+so "why is the temperature 0.2?" has an answer.  Choices the TUI remembers per model
+(``[models."NAME"]``: ``/think on|off``, ``/think budget N``) are listed as their own
+tables, and where one applies to the model shown (``--model``, or the default one) the
+``[chat]`` value is the remembered one, its source that table: what the chat will use.
 """
 from __future__ import annotations
 
@@ -32,26 +35,47 @@ def _toml_value(value: object) -> str:
     return repr(value)
 
 
+def _model_name(settings: object) -> str:
+    """The name a chat with these settings remembers its choices under (the TUI's: the header's name)."""
+    meta = getattr(settings, "model_meta", None)
+    path = getattr(settings, "model_path", None)
+    return (getattr(meta, "name", "") or "") or (path.stem if path is not None else "")
+
+
 def show(args: argparse.Namespace) -> int:
     from app.models.preset_match import load_settings
+    from app.settings.model_memory import remembered_settings, remembered_tables
 
     from app.cli.terminal import shown_json
 
     settings = load_settings(args)
-    v, sources = settings.values, settings.sources
+    v, sources = dict(settings.values), dict(settings.sources)
+    # per-model memory ([models."NAME"], written by the TUI's /think): what this model's chat will use
+    model_name = _model_name(settings)
+    for key, (value, source) in (remembered_settings(v, model_name) if model_name else {}).items():
+        v[key], sources[key] = value, source
+    from app.settings.config import user_config_path
+
+    for name, body in remembered_tables().items():
+        for key, value in body.items():
+            v[f'models."{name}".{key}'], sources[f'models."{name}".{key}'] = value, str(user_config_path())
     # values are written as TOML/JSON strings; to a terminal their controls become \uXXXX, valid in both
     out = shown_json
     if args.json:
         print(out(json.dumps({k: {"value": v[k], "source": sources[k]} for k in v}, indent=2, ensure_ascii=False)))
         return 0
     print(out(f"# files: {', '.join(str(p) for p in settings.files)}"))
+    from app.models.served import discard_opened
+
+    discard_opened()  # the client a server's preset match opened: no chat adopts it here
     if settings.preset is not None:
-        print(out(f"# model: {settings.model_path} -> preset {settings.preset.name} ({settings.preset.path})"))
+        model = settings.model_path or f"what {v['server.url']} serves"
+        print(out(f"# model: {model} -> preset {settings.preset.name} ({settings.preset.path})"))
     elif settings.preset_note:
         print(out(f"# {settings.preset_note}"))
     lines, section = [], None
     for key, value in v.items():
-        head, name = key.split(".", 1)
+        head, name = key.rsplit(".", 1) if key.startswith("models.") else key.split(".", 1)
         if head != section:
             lines.append(("", f"\n[{head}]"))
             section = head

@@ -92,7 +92,8 @@ class TurnStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     #: a continued reply (/continue): each part's own stats as a dict, first to last; the counts above
-    #: are their sums (prompt_tokens and ttft_s are the first part's, the rest the last part's)
+    #: are their sums (prompt_tokens, new_prompt_tokens and ttft_s are the first part's: see merge_stats;
+    #: the rest the last part's)
     parts: list | None = None
 
 
@@ -202,10 +203,13 @@ class ChatSession:
 
     @property
     def context_used(self) -> int:
-        """Tokens the next prompt starts with: what the backend holds after the last turn or,
-        when this path has not been generated here (a resumed chat, another model, a new system
-        prompt, a new chat), the conversation as it stands rendered and encoded."""
-        return self._builder.cached_tokens or self.tokens_before(len(self.messages))
+        """Tokens of the conversation as it stands, rendered by the template and encoded (what
+        ``tokchat render --ids --no-generation-prompt`` gives on the stored messages).
+
+        One definition, live and reopened alike: what the engine holds after a reply (its prompt and
+        ids as generated) lacks the reply's closing markup (``<|im_end|>\n``) that every later prompt
+        and every reopened count has, so counting that instead made the meter jump after a reopen."""
+        return self.tokens_before(len(self.messages))
 
     def tokens_before(self, index: int) -> int:
         """Prompt tokens of the conversation up to ``messages[index]`` (the system message and the
@@ -214,7 +218,9 @@ class ChatSession:
         from templates import prompt_ids
 
         path = self.messages[min(self._window, index):index]
-        key = (self.system_text, index, self._window, tuple(id(m) for m in path[-2:]), len(path))
+        # a continued reply (/continue) grows in place: its text is part of the key, not only its identity
+        key = (self.system_text, index, self._window, tuple((id(m), m.content, m.reasoning) for m in path[-2:]),
+               len(path))
         if self._size_cache[0] != key:
             try:
                 rendered = self.template.render([_template_message(m) for m in self._system_messages() + path],
@@ -423,7 +429,9 @@ class ChatSession:
                 (turn.reasoning if event.kind == "reasoning" else turn.content).append(event.text)
         else:
             turn.prior_reasoning = prior.stats.reasoning_tokens if prior.stats else 0
-        cut = self._cache_cut(head) if prior is None else 0
+        # a reply written over the last one (/reply) drops that one on purpose, as a regenerate does
+        cut = self._cache_cut(head, replaced=before[-1] if len(before) > len(self.messages) else None) \
+            if prior is None else 0
         rendered = replace(head.rendered, text=head.text + self.tokenizer.decode(prior_ids))
         prompt = BuiltPrompt(rendered, ids, head.reused)
         self.last_prompt = prompt
@@ -551,9 +559,15 @@ class ChatSession:
         turn.think = ThinkFilter.for_prompt(prompt.text)
         yield from self._stream(prompt, turn, lambda: self._commit(prompt, turn, cache_cut=cut))
 
-    def _cache_cut(self, prompt: BuiltPrompt) -> int:
-        """Ids of what the backend holds that ``prompt`` does not start with (its cache loses them)."""
+    def _cache_cut(self, prompt: BuiltPrompt, replaced: ChatMessage | None = None) -> int:
+        """Ids of what the backend holds that ``prompt`` does not start with (its cache loses them).
+
+        ``replaced``: a reply this turn replaces on purpose (it stays a sibling); when the cache ends
+        with it, its ids are not counted: only earlier turns rewritten (a template that drops old
+        reasoning) are a cut worth showing."""
         held = self._builder.held_ids
+        if replaced is not None and self._tail is not None and self._tail[0] is replaced:
+            held = held[:len(self._tail[1].ids)]
         return len(held) - _common_prefix(held, prompt.ids) if held else 0
 
     def _stream(self, prompt: BuiltPrompt, turn: _Turn, commit: Any) -> Iterator[ReplyEvent]:
@@ -699,7 +713,10 @@ class ChatSession:
         speed = 0.0
         if n_reply > 1 and turn.first_at is not None and turn.last_at and turn.last_at > turn.first_at:
             speed = (n_reply - 1) / (turn.last_at - turn.first_at)
-        evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) + turn.evaluated if n_reply else 0
+        if n_reply:
+            evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) + turn.evaluated
+        else:
+            evaluated = self._evaluated_unanswered(prompt, finish)
         ttft = (turn.first_at - turn.started) if turn.first_at else 0.0
         drafted, accepted = _draft_counts(self.backend, turn) if n_reply else (0, 0)
         return TurnStats(
@@ -716,6 +733,16 @@ class ChatSession:
             sampling=asdict(self.sampling), reasoning_cut=turn.reasoning_cut,
             drafted_tokens=drafted, accepted_tokens=accepted,
         )
+
+    def _evaluated_unanswered(self, prompt: BuiltPrompt | None, finish: str) -> int:
+        """Prompt ids evaluated by a turn stopped before its first reply id (Esc while a long prompt
+        was evaluated): the engine's last progress report, the count the user saw on the progress line.
+        The engine keeps those ids in its cache, so the next turn reuses them; saying 0 here would
+        hide that work.  A refused or failed turn evaluated nothing that is counted."""
+        if prompt is None or finish != "cancelled":
+            return 0
+        progress = getattr(self.backend, "prompt_progress", None)
+        return min(progress.done, len(prompt.ids)) if progress is not None else 0
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
         """What this turn sent (called before the reply is appended: the user message is last)."""
@@ -824,8 +851,11 @@ class ChatSession:
 def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
     """The stats of a reply generated in parts (/continue): sums of the counts, each part kept.
 
-    ``prompt_tokens``, ``opening_tokens`` and ``ttft_s`` are the first part's (what the reply
-    answered); the speed is all generated ids over all generation time; the rest is the last part's.
+    ``prompt_tokens``, ``new_prompt_tokens``, ``opening_tokens`` and ``ttft_s`` are the first part's:
+    the prompt the reply answered (``tokchat render --ids`` of the messages before it) and how much of
+    it was evaluated, so "new" never exceeds "total".  What a later part evaluated again to go on (the
+    reply's own ids, or more after a branch switch) stays in its part (``parts``) and is shown apart.
+    The speed is all generated ids over all generation time; the rest is the last part's.
     """
     parts = list(first.parts or [_part(first)]) + [_part(second)]
 
@@ -836,7 +866,7 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
     steps = sum(max(p["completion_tokens"] - 1, 0) for p in parts if p["tokens_per_s"] > 0)
     return replace(
         second, prompt_tokens=first.prompt_tokens, opening_tokens=first.opening_tokens, ttft_s=first.ttft_s,
-        new_prompt_tokens=sum(p["new_prompt_tokens"] for p in parts),
+        new_prompt_tokens=parts[0]["new_prompt_tokens"],
         completion_tokens=sum(p["completion_tokens"] for p in parts),
         reasoning_tokens=sum(p["reasoning_tokens"] for p in parts),
         forced_close_tokens=sum(p.get("forced_close_tokens", 0) for p in parts),

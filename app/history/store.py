@@ -362,8 +362,10 @@ class ChatStore:
 
     def update_conversation(self, conv_id: int, *, system: str | None = None,
                             template: str | None = None, sampling: Any = None,
-                            model: str | Path | None = None, model_name: str | None = None) -> None:
-        """Change the settings a conversation continues with (``/system``, ``/model``)."""
+                            model: str | Path | None = None, model_name: str | None = None,
+                            settings: dict | None = None) -> None:
+        """Change the settings a conversation continues with (``/system``, ``/model``, ``--switch-model``);
+        ``settings`` replaces the stored ones whole (the caller merges)."""
         sets, params = [], []
         for column, value in (("system_prompt", system), ("template", template),
                               ("model_path", None if model is None else str(model)), ("model_name", model_name)):
@@ -373,6 +375,9 @@ class ChatStore:
         if sampling is not None:
             sets.append("sampling_json = ?")
             params.append(json.dumps(as_dict(sampling)))
+        if settings is not None:
+            sets.append("settings_json = ?")
+            params.append(json.dumps(settings))
         if sets:
             with self._write() as conn:
                 self._require(conn, conv_id)
@@ -432,8 +437,9 @@ class ChatStore:
 
     def list_conversations(self, search: str | None = None, limit: int | None = None) -> list[ConversationInfo]:
         """Newest first (by last activity); ``search`` matches titles, messages and reasoning."""
-        sql = ("SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
-               "FROM conversations c")
+        sql = ("SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n, "
+               "(c.forked_from IS NOT NULL AND NOT EXISTS (SELECT 1 FROM conversations s WHERE s.id = c.forked_from)) "
+               "AS source_deleted FROM conversations c")
         params: list = []
         if search:
             pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -458,7 +464,8 @@ class ChatStore:
             sampling=json.loads(row["sampling_json"]), settings=json.loads(row["settings_json"]),
             created_at=row["created_at"], updated_at=row["updated_at"],
             message_count=row["n"] if "n" in row.keys() else 0,
-            forked_from=row["forked_from"], forked_at=row["forked_at"])
+            forked_from=row["forked_from"], forked_at=row["forked_at"],
+            source_deleted=bool(row["source_deleted"]) if "source_deleted" in row.keys() else False)
 
     def load(self, conv_id: int) -> Conversation:
         rows = self._read("SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "

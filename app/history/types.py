@@ -38,6 +38,9 @@ class ConversationInfo:
     #: a fork (/fork): the conversation it was made from and the message it was cut after (None: not a fork)
     forked_from: int | None = None
     forked_at: int | None = None
+    #: a fork whose source conversation has been deleted since (``forked_from`` names no conversation now;
+    #: the id is kept, so an undone deletion links them again)
+    source_deleted: bool = False
 
 
 @dataclass

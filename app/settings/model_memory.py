@@ -81,6 +81,32 @@ def remember(model_name: str, *, path: Path | None = None, **values: Any) -> Pat
     return path
 
 
+def remembered_tables(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every ``[models."NAME"]`` table in config.toml, NAME -> its keys (``tokchat config show`` lists them)."""
+    path = path or user_config_path()
+    if not path.is_file():
+        return {}
+    table = read_toml(path).get("models", {})
+    return {name: dict(body) for name, body in table.items() if isinstance(body, dict)} if isinstance(table, dict) else {}
+
+
+def remembered_settings(values: dict[str, Any], model_name: str,
+                        path: Path | None = None) -> dict[str, tuple[Any, str]]:
+    """The ``[chat]`` settings a chat with ``model_name`` gets from its remembered choices instead of
+    ``values`` (merged settings): key -> (value, source).  The rule of :func:`apply_remembered`: a
+    remembered choice applies only where the chat's own setting is auto (thinking) or -1 (budget), so
+    ``config show`` says what the chat will use, not what default.toml says."""
+    path = path or user_config_path()
+    found = remembered(model_name, path)
+    source = f'{path} [models."{model_name}"]'
+    out: dict[str, tuple[Any, str]] = {}
+    if found.thinking is not None and values.get("chat.thinking") == "auto":
+        out["chat.thinking"] = ("on" if found.thinking else "off", source)
+    if found.reasoning_budget is not None and values.get("chat.reasoning_budget", -1) < 0:
+        out["chat.reasoning_budget"] = (found.reasoning_budget, source)
+    return out
+
+
 def apply_remembered(options: Any, session: Any, model_name: str) -> list[str]:
     """Set ``session``'s thinking and budget from the model's remembered choices where the chat
     was not started with its own; returns what was applied, for a notice."""

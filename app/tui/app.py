@@ -303,6 +303,14 @@ class ChatApp(App):
     # ---------------------------------------------------------------- input
     @on(PromptInput.Submitted)
     async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
+        if message.reply is not None and message.reply.strip():
+            # an edited reply is sent as it stands: parsing it as a command would strip its whitespace
+            self._sending = message.text
+            self.prompt_input.remember(message.text)
+            self.prompt_input.load_text("")
+            await self.commands.run_named("reply", message.reply)
+            self._sending = None
+            return
         await self.submit(message.text, editing=message.editing)
 
     @on(PromptInput.EditEnded)

@@ -57,7 +57,11 @@ class Branches:
         """Show the sibling ``step`` away (Alt+Left/Right) or number ``index`` at the deepest fork."""
         host = self.host
         session = host.session
-        if session is None or host.generating:
+        if session is None:
+            return
+        if host.generating:  # said, as /continue and /new say it: a key that does nothing silently looks broken
+            host.notify("A reply is still streaming: switch replies when it has finished (Esc stops it)",
+                        severity="warning")
             return
         at = session.branches.last_fork()
         if at is None:

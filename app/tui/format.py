@@ -35,6 +35,9 @@ def stats_line(stats: Any) -> str:
         parts.append(f"your start {stats.opening_tokens} (in prompt)")
     if getattr(stats, "parts", None):
         parts.append(f"{len(stats.parts)} parts (" + " + ".join(str(p["completion_tokens"]) for p in stats.parts) + ")")
+        again = sum(p["new_prompt_tokens"] for p in stats.parts[1:])
+        if again:  # the later parts' own prompt work: not the prompt the reply answered
+            parts.append(f"{again} evaluated again to continue")
     if getattr(stats, "reasoning_cut", False):
         parts.append("reasoning budget reached")
     if getattr(stats, "cache_cut_tokens", 0):

@@ -52,7 +52,7 @@ class TokenInspectorOpener:
         if host.generating:
             host.notify("A reply is still streaming: open the inspector when it has finished", severity="warning")
             return
-        record, focus, title = self.record_for(session, message)
+        record, focus, title, reply = self.record_for(session, message)
         if record is None:
             host.notify("No turn to inspect yet: send a message first", severity="warning")
             return
@@ -65,8 +65,10 @@ class TokenInspectorOpener:
         parts = breakdown(session.tokenizer, record, draft_tokens=draft_tokens, count=session.token_count,
                           extra_spans=session.tool_schema_spans(record))
         turn = int(title.split()[1]) if title.startswith("turn ") else 0
+        stats = reply.stats if reply is not None else None
+        new = stats.new_prompt_tokens if stats is not None and stats.prompt_tokens == len(record.ids) else None
         host.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus,
-                                        turn=turn))
+                                        turn=turn, new_ids=new))
 
     def inspect_turn(self, turn: int) -> None:
         """Replace the open inspector with turn ``turn`` (1-based, counted in replies)."""
@@ -82,8 +84,9 @@ class TokenInspectorOpener:
         self.show(replies[turn - 1])
 
     @staticmethod
-    def record_for(session: Any, message: Any) -> tuple[Any, int | None, str]:
-        """The record to show for ``message`` (None: the last turn), the message's index in it, a title.
+    def record_for(session: Any, message: Any) -> tuple[Any, int | None, str, Any]:
+        """The record to show for ``message`` (None: the last turn), the message's index in it, a title,
+        and the reply the record answered (whose stats say how many of its prompt ids were new).
 
         A reply without a record (a resumed chat) gets one rebuilt from the
         stored text, and the title says so.
@@ -91,16 +94,16 @@ class TokenInspectorOpener:
         messages = session.messages
         replies = [i for i, m in enumerate(messages) if m.role == "assistant"]
         if not replies:
-            return None, None, ""
+            return None, None, "", None
         if message is None:
             reply_index = replies[-1]
         else:
             index = next((i for i, m in enumerate(messages) if m is message), None)
             if index is None:
-                return None, None, ""
+                return None, None, "", None
             reply_index = next((i for i in replies if i >= index), None)
             if reply_index is None:
-                return None, None, ""
+                return None, None, "", None
         turn = replies.index(reply_index) + 1
         record = messages[reply_index].record
         title = f"turn {turn}"
@@ -108,7 +111,7 @@ class TokenInspectorOpener:
             record = session.rebuilt_record(reply_index)
             title += " (rebuilt from the stored text: its ids were not kept)"
         focus = next((i for i, m in enumerate(record.messages) if m is message), None) if message else None
-        return record, focus, title
+        return record, focus, title, messages[reply_index]
 
     def message_for_widget(self, widget: Any) -> Any:
         """The session message a chat widget shows (matched from the newest end, by role)."""

@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "system": ("TEXT", "set the system prompt (empty: none)"),
     "template": ("NAME", "switch chat template: auto | model | chatml | llama3 | gemma"),
     "think": ("on|off|budget N", "thinking on or off as the template defines it; budget N: close the think "
-              "block after N tokens (off: no limit); remembered for this model"),
+              "block after N tokens (off or -1: no limit); remembered for this model"),
     "temp": ("X", "sampling temperature (0 = greedy)"),
     "top_p": ("X", "nucleus sampling threshold"),
     "top_k": ("N", "keep the N most likely tokens"),

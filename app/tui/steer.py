@@ -132,10 +132,14 @@ class Steering:
                         f"Reasoning budget {budget} tokens: then the think block is closed and the answer starts")
             return
         value = (not session.enable_thinking) if not arg else parse_on_off(arg, "think")
-        if not session.template.supports_thinking:
-            host.notify(f"Template {session.template.name} has no thinking switch; "
-                        "reasoning in <think> tags is still shown", severity="warning")
         session.enable_thinking = value
+        if not session.template.supports_thinking:
+            # the prompt does not change; remembering it would apply a choice that does nothing at this model's
+            # next load (and hide a later template's own default)
+            host.notify(f"Template {session.template.name} has no thinking switch: the prompt does not change, and "
+                        "it is not remembered for this model (reasoning in <think> tags is still shown)",
+                        severity="warning")
+            return
         self._remember(thinking=value)
         host.notify(f"Thinking {'on' if value else 'off'}")
 
@@ -148,7 +152,7 @@ class Steering:
         except ValueError:
             raise SlashError(f"/think budget takes a whole number of tokens or off, not {word!r}") from None
         if budget < 0:
-            raise SlashError(f"/think budget must be 0 or more, not {budget}")
+            raise SlashError(f"/think budget must be 0 or more, not {budget} (-1 or off: no limit)")
         return budget
 
     def _model_key(self) -> str:

@@ -6,6 +6,7 @@ shows the real accounting; then Esc stops a long reply, and Ctrl+Q quits.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -80,7 +81,13 @@ def test_tokchat_in_tmux(tmp_path, smollm_path):
         shown = STATS.search(screen).groups()
         assert tuple(map(int, shown)) == (reply.stats["new_prompt_tokens"], reply.stats["prompt_tokens"],
                                           reply.stats["completion_tokens"], reply.stats["reasoning_tokens"])
-        assert f"ctx {reply.stats['context_used']} / 2048" in screen
+        # the meter counts the conversation as `tokchat render --ids` gives it on the stored messages
+        stored = tmp_path / "stored.json"
+        stored.write_text(json.dumps([{"role": m.role, "content": m.content} for m in conversation.messages]))
+        rendered = subprocess.run([sys.executable, "-m", "app", "render", "--model", str(smollm_path), "--messages",
+                                   str(stored), "--ids", "--no-generation-prompt"], capture_output=True, text=True,
+                                  check=True, env=env, cwd=tmp_path)
+        assert f"ctx {len(json.loads(rendered.stdout))} / 2048" in screen
         first_words = reply.content.split()[0]
         assert first_words in screen
 

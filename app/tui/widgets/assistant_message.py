@@ -35,6 +35,8 @@ class AssistantMessage(Vertical):
     AssistantMessage > .opening { color: $text-muted; height: auto; display: none; }
     AssistantMessage.-opening > .opening { display: block; }
     AssistantMessage.-done > .stats { display: block; }
+    AssistantMessage > .waiting { color: $text-muted; height: auto; display: none; }
+    AssistantMessage.-waiting > .waiting { display: block; }
     AssistantMessage.-stopped { border-left: thick $warning; }
     AssistantMessage.-error { border-left: thick $error; }
     """
@@ -55,6 +57,7 @@ class AssistantMessage(Vertical):
         yield ThinkingBlock(self._stored_reasoning, self.stats.reasoning_tokens if self.stats else None)
         yield Static(self._opening_text(), classes="opening", markup=False)
         yield Markdown(self.content or None)
+        yield Static("", classes="waiting", markup=False)
         yield Static(self._stats_text(self.stats) if self._stored else "", classes="stats", markup=False)
 
     def _opening_text(self) -> str:
@@ -89,9 +92,18 @@ class AssistantMessage(Vertical):
         return "⏹ stopped · " + line if stats.finish_reason == "cancelled" else line
 
     def show_waiting(self, line: str) -> None:
-        """A line in the stats row while nothing has been generated yet (the prompt's progress)."""
-        if not self.content and not self.has_class("-done"):
-            self.query_one(".stats", Static).update(line)
+        """The prompt's progress while nothing has been generated yet, in a row of its own: the stats
+        row stays hidden until the reply is done (its counts are final only then), so a line written
+        there would never be drawn.  The reply's first text replaces it (:meth:`end_waiting`)."""
+        if not self.content and not self.reasoning and not self.has_class("-done"):
+            self.query_one(".waiting", Static).update(line)
+            self.add_class("-waiting")
+
+    def end_waiting(self) -> None:
+        """The wait is over (the reply starts, or the turn ends): the progress row goes away."""
+        if self.has_class("-waiting"):
+            self.remove_class("-waiting")
+            self.query_one(".waiting", Static).update("")
 
     @property
     def thinking(self) -> ThinkingBlock:
@@ -102,12 +114,15 @@ class AssistantMessage(Vertical):
         return self.thinking.text
 
     async def add_reasoning(self, text: str) -> None:
+        if text:
+            self.end_waiting()
         await self.thinking.append(text)
 
     async def add_content(self, text: str) -> None:
         """Append answer text; the first answer text closes the thinking block."""
         if not text:
             return
+        self.end_waiting()
         if not self.content and self.thinking.text:
             self.thinking.collapsed = True
         self.content += text
@@ -117,6 +132,7 @@ class AssistantMessage(Vertical):
 
     async def finish(self, stats, *, error: str | None = None) -> None:
         """Flush the streams and show the token counts (``stats`` may be None after an error)."""
+        self.end_waiting()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None

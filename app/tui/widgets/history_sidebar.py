@@ -32,6 +32,14 @@ HINT = ("type to search · ↑↓ move · Enter open · ctrl+r rename · ctrl+d 
         "ctrl+f fork · ctrl+n new · ctrl+b close")
 
 
+def _fork_note(info) -> str:
+    """`` · fork of #N`` for a fork, or that its source is gone (#N would name nothing, or a later chat)."""
+    if not getattr(info, "forked_from", None):
+        return ""
+    return " · fork of a deleted conversation" if getattr(info, "source_deleted", False) else \
+        f" · fork of #{info.forked_from}"
+
+
 class ConversationItem(ListItem):
     """One row: title, then date, model and message count."""
 
@@ -39,7 +47,7 @@ class ConversationItem(ListItem):
         super().__init__(Label(info.title or "(untitled)", markup=False, classes="title"),
                          Label(f"{_when(info.updated_at)} · {info.model_name or '-'} · "
                                f"{info.message_count} msgs"
-                               + (f" · fork of #{info.forked_from}" if getattr(info, "forked_from", None) else ""),
+                               + _fork_note(info),
                                markup=False, classes="meta"))
         self.info = info
 

@@ -36,6 +36,10 @@ EDIT_TITLE = "editing the last prompt · Enter resends it in its place · Esc ca
 REPLY_TITLE = "editing the last reply · Enter continues from your text · Esc cancels"
 
 
+#: what a ``/reply`` edit starts with; the rest of the box is the reply as the user left it
+REPLY_PREFIX = "/reply "
+
+
 class PromptInput(TextArea):
     """Where the user types; posts :class:`PromptInput.Submitted` on Enter."""
 
@@ -61,6 +65,9 @@ class PromptInput(TextArea):
         input: "PromptInput"
         text: str
         editing: bool = False
+        #: a ``/reply`` edit (:meth:`PromptInput.begin_reply_edit`): the reply's text exactly as in the box
+        #: after ``/reply ``, its leading and trailing whitespace included (a command's argument is stripped)
+        reply: str | None = None
 
     @dataclass
     class ChipPasted(Message):
@@ -98,7 +105,7 @@ class PromptInput(TextArea):
     def begin_reply_edit(self, reply: str) -> None:
         """Put ``/reply`` and the last reply in the box; Enter continues from the edited text."""
         self.end_edit("")  # one edit at a time (nothing to say: the new one is on the border)
-        self.load_text(f"/reply {reply}")
+        self.load_text(REPLY_PREFIX + reply)
         self.move_cursor(self.document.end)
         self.replying = True
         self.focus()
@@ -180,7 +187,8 @@ class PromptInput(TextArea):
             event.prevent_default()
             text = self.text
             if text.strip():
-                self.post_message(self.Submitted(self, text, self.editing))
+                reply = text[len(REPLY_PREFIX):] if self.replying and text.startswith(REPLY_PREFIX) else None
+                self.post_message(self.Submitted(self, text, self.editing, reply))
                 self.replying = False  # its text went with the Enter (as the /reply command)
             elif text:
                 self.load_text("")  # whitespace alone is not a message, and must not lead the next one

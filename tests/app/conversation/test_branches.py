@@ -13,7 +13,7 @@ from app.conversation.session import ChatMessage, ChatSession
 from backends import SamplingParams
 from backends.base import common_prefix_length
 from backends.scripted import ScriptedBackend
-from templates import resolve_template
+from templates import prompt_ids, resolve_template
 
 
 @lru_cache(maxsize=None)
@@ -60,7 +60,12 @@ def test_regenerate_twice_move_between_siblings_and_continue_from_the_first(smol
     session.switch_branch(1, 0)
     assert contents(session) == ["Capital of France?", "Paris."] and session.branches.position(1) == (1, 3)
     first = session.messages[1].record
-    assert session.context_used == len(first.prompt.ids) + len(first.reply_ids)
+    # the conversation rendered: the reply as generated plus its closing markup (one definition, see context_used)
+    rendered = session.template.render([{"role": "system", "content": session.system_prompt}]
+                                       + [{"role": m.role, "content": m.content} for m in session.messages],
+                                       add_generation_prompt=False)
+    assert session.context_used == len(prompt_ids(session.tokenizer, rendered))
+    assert session.context_used > len(first.prompt.ids) + len(first.reply_ids)
     list(session.send("How many people live there?"))
     sent = session.backend.prompts[-1]
     # the prompt extends the first branch's own ids exactly (its reply as generated) ...

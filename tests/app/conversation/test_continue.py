@@ -69,7 +69,8 @@ def test_greedy_continuation_equals_one_long_generation(tok, engine):
     assert engine.last_prompt_evaluated <= 1
     assert stats.parts is not None and [p["completion_tokens"] for p in stats.parts] == [16, 32]
     assert stats.completion_tokens == 48 and stats.prompt_tokens == first.prompt_tokens
-    assert stats.new_prompt_tokens == first.new_prompt_tokens + stats.parts[1]["new_prompt_tokens"]
+    # "new" is of the prompt the reply answered (never more than its total); a part's own work stays in it
+    assert stats.new_prompt_tokens == first.new_prompt_tokens <= stats.prompt_tokens
     assert stats.parts[1]["prompt_tokens"] == first.prompt_tokens + 16
     assert stats.context_used == first.prompt_tokens + 48
 
@@ -173,7 +174,7 @@ def test_merge_stats_adds_counts_and_keeps_parts():
     b = TurnStats(new_prompt_tokens=1, prompt_tokens=41, completion_tokens=21, reasoning_tokens=0,
                   ttft_s=0.1, tokens_per_s=20.0, finish_reason="stop", context_used=62, model="m")
     c = merge_stats(a, b)
-    assert (c.completion_tokens, c.reasoning_tokens, c.new_prompt_tokens) == (32, 4, 31)
+    assert (c.completion_tokens, c.reasoning_tokens, c.new_prompt_tokens) == (32, 4, 30)
     assert (c.prompt_tokens, c.ttft_s, c.finish_reason, c.context_used) == (30, 0.5, "stop", 62)
     # 10 steps in 1 s and 20 steps in 1 s: 15 per second overall
     assert c.tokens_per_s == pytest.approx(15.0)

@@ -176,3 +176,35 @@ def test_config_commands(config_dir, smollm_path):
     broken = _tokchat("config", "show", config_dir=config_dir)
     assert broken.returncode == 2
     assert broken.stderr == f"tokchat: {user_config_path()}: ui.theme must be a string, not an integer (3)\n"
+
+
+def test_config_show_lists_per_model_memory_and_applies_it_to_the_model_shown(config_dir, smollm_path):
+    """Issue 33, item 10: after /think budget 256, config.toml holds [models."…"] reasoning_budget = 256
+    and the TUI applies it, but `config show` (with --model too) said -1 from default.toml and listed no
+    [models] table."""
+    from app.settings.model_memory import remember
+
+    from backends.model_meta import read_model_meta
+
+    name = read_model_meta(smollm_path).name
+    remember(name, reasoning_budget=256)
+    remember("Other Model", thinking=True)
+    source = str(user_config_path())
+    for argv in (["--model", str(smollm_path)], []):
+        if not argv:  # the default model: the same one, named in config.toml
+            user_config_path().write_text(f'[model]\ndefault = "{smollm_path}"\n' + user_config_path().read_text())
+        show = _tokchat("config", "show", *argv, config_dir=config_dir)
+        assert show.returncode == 0, show.stderr
+        text = show.stdout
+        assert re.search(rf'^reasoning_budget = 256 +# {re.escape(source)} \[models\."{re.escape(name)}"\]$',
+                         text, re.M), text
+        assert re.search(r'^thinking = "off" +# preset smollm2$', text, re.M)  # only the other model has one
+        assert f'\n[models."{name}"]\nreasoning_budget = 256' in text
+        assert re.search(rf'^\[models\."Other Model"\]\nthinking = "on" +# {re.escape(source)}$', text, re.M)
+    as_json = json.loads(_tokchat("config", "show", "--json", "--model", str(smollm_path),
+                                  config_dir=config_dir).stdout)
+    assert as_json["chat.reasoning_budget"]["value"] == 256
+    assert as_json[f'models."{name}".reasoning_budget'] == {"value": 256, "source": source}
+    # a budget given for the chat itself wins, as in the TUI
+    show = _tokchat("config", "show", "--model", str(smollm_path), "--reasoning-budget", "8", config_dir=config_dir)
+    assert re.search(r"^reasoning_budget = 8 +# --reasoning-budget", show.stdout, re.M), show.stdout
