@@ -350,7 +350,8 @@ class HostedBackend:
         notice, self._restart_notice = self._restart_notice, None
         return notice
 
-    def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int]) -> Iterator[int]:
+    def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int],
+                retried: bool = False) -> Iterator[int]:
         with self._lock:
             self._job += 1
             job = self._job
@@ -378,6 +379,17 @@ class HostedBackend:
                         self._safe_restart_options()
                         self._start()
                         yield from self._stream(prompt, sampling, stops)
+                        return
+                    if shown == 0 and not retried:
+                        # dead before it answered anything: most likely it died while idle and was still
+                        # going down when ``generate`` looked (a process whose main thread is a zombie while
+                        # another thread ends is not reaped yet); a fresh engine answers this same request,
+                        # once (a request that itself kills the engine then costs one line, as before)
+                        when = "while evaluating the prompt" if started is not None else "while idle"
+                        self._restart_notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} "
+                                                f"{when} and was started again (engine log: {self.log_path})")
+                        self._start()
+                        yield from self._stream(prompt, sampling, stops, retried=True)
                         return
                     raise crash
                 if getattr(answer, "job", None) != job:
