@@ -4,7 +4,7 @@ The same contract as the local engines (:class:`backends.base.Backend`): ids in,
 out, no text.  One adapter per server kind (:mod:`backends.remote_llamacpp`,
 :mod:`backends.remote_vllm`, :mod:`backends.remote_sglang`) knows the JSON; this
 module owns the connection (one ``httpx.Client`` per server, streamed server-sent
-events read with ``httpx-sse``), the timeouts, the faults and the accounting.
+events read line by line with a cap), the timeouts, the faults and the accounting.
 
 * **Streaming and cancel.**  A reader thread reads the event stream and queues the ids;
   :meth:`RemoteBackend.generate` yields them.  Cancelling, one of our stop ids, the
@@ -14,7 +14,12 @@ events read with ``httpx-sse``), the timeouts, the faults and the accounting.
   is not generation (``/health``, ``/props``, the ``/tokenize`` probe: a frozen server
   fails the connect in that time), ``first_token_timeout_s`` for the first id (a big
   prompt on a busy server takes a while), ``idle_timeout_s`` between ids.  Each ends the
-  turn with one line; the partial reply is kept by the session.
+  turn with one line; the partial reply is kept by the session.  Only an event with ids or
+  new prompt progress holds those deadlines off: endless empty events do not.
+* **Caps** (:mod:`backends.remote_http`): an answer that is not streamed is read whole
+  within its deadline (headers included) and at most 16 MiB; a stream's lines and events
+  are capped too, and an id outside our vocabulary ends the turn.  A server that keeps
+  sending cannot take the memory or the time (issue 34).
 * **Exact accounting.**  Every turn compares the ids received with the server's own count
   (``tokens_predicted``, ``usage.completion_tokens``, ``meta_info.completion_tokens``)
   and our prompt length with the server's; ``last_turn_verified`` is False when they
@@ -30,7 +35,6 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -81,6 +85,12 @@ def _http_error(response: Any, url: str) -> BackendError:
                             "is it the kind of server --server-kind says?")
     if status == 503:
         return BackendError(f"the server at {url} is not ready (503: {message}); try again when it is")
+    if status == 429:
+        # not waited for here: a Retry-After of an hour would be a hang; the user decides
+        after = str(response.headers.get("retry-after", "")).strip()[:40]
+        when = f"it asks to wait {after} s" if after.isdigit() else f"it asks to wait until {after}" if after \
+            else "try again later"
+        return BackendError(f"the server at {url} is busy (429: {message}); {when}")
     return BackendError(f"the server at {url} answered {status}: {message}")
 
 
@@ -88,11 +98,15 @@ def _speaks_plain_http(url: str, timeout_s: float) -> bool:
     """True when ``url`` (an https:// one) answers plain HTTP on the same host and port."""
     import httpx
 
+    from backends.remote_http import bounded_request
+
     plain = "http://" + url.split("://", 1)[1]
+    patience = min(timeout_s, 5.0)
     try:
-        httpx.get(plain.rstrip("/") + "/health", timeout=min(timeout_s, 5.0))
-    except httpx.HTTPError:
-        return False
+        with httpx.Client(base_url=plain.rstrip("/"), timeout=patience) as client:
+            bounded_request(client, Request("GET", "/health"), url=plain, total_s=patience, max_bytes=1 << 20)
+    except (httpx.HTTPError, BackendError):
+        return False  # no plain-HTTP answer in time either: say it cannot be reached
     return True
 
 
@@ -115,38 +129,50 @@ def _transport_error(exc: Exception, url: str, *, streaming: bool, path: str = "
     if streaming:
         return BackendError(f"the connection to {url} broke mid-reply ({type(exc).__name__}: {exc}); "
                             "the server may have stopped")
-    return BackendError(f"the connection to {url} failed ({type(exc).__name__}: {exc})")
+    where = f" on {path}" if path else ""
+    hint = ""
+    if url.startswith("http://") and isinstance(exc, httpx.RemoteProtocolError) and "illegal" in str(exc):
+        hint = f": not HTTP; if it speaks TLS, use {'https://' + url.split('://', 1)[1]}"
+    return BackendError(f"the connection to {url} failed{where} ({type(exc).__name__}: {exc}){hint}")
 
 
 #: a kept-alive connection the server closed meanwhile fails before any answer, like this
 _STALE = ("RemoteProtocolError", "ReadError", "WriteError")
 
 
-def _send(client: Any, request: Request, timeout: Any = None) -> Any:
-    """``client.request``, sent once more when a pooled connection turned out to be closed.
+def _send(client: Any, request: Request, url: str, total_s: float, timeout: Any = None,
+          what: str = "server.connect_timeout") -> Any:
+    """One bounded request (:func:`backends.remote_http.bounded_request`: its whole answer within
+    ``total_s`` and a size cap), sent once more when a pooled connection turned out to be closed.
 
     The server never saw the first attempt (it failed before any byte of an answer),
     so sending again is safe; servers close idle kept-alive connections whenever they like.
     ``timeout`` (an ``httpx.Timeout``) replaces the client's short connect-time one.
     """
-    extra = {"timeout": timeout} if timeout is not None else {}
-    try:
-        return client.request(request.method, request.path, json=request.body, **extra)
-    except Exception as exc:
-        if type(exc).__name__ not in _STALE:
-            raise
-    return client.request(request.method, request.path, json=request.body, **extra)
+    from backends.remote_http import bounded_request
+
+    for attempt in (1, 2):
+        try:
+            return bounded_request(client, request, url=url, total_s=total_s, timeout=timeout, what=what)
+        except Exception as exc:
+            if attempt == 2 or type(exc).__name__ not in _STALE:
+                raise
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 @contextmanager
-def _open_stream(client: Any, request: Request, timeout: Any) -> Iterator[Any]:
-    """``client.stream`` with the same one retry as :func:`_send`, before any answer only."""
+def _open_stream(client: Any, request: Request, timeout: Any, trace: Any,
+                 aborted: threading.Event) -> Iterator[Any]:
+    """``client.stream`` with the same one retry as :func:`_send`, before any answer only and not
+    after an abort (which fails the request the same way); ``trace`` (httpcore's trace extension)
+    is handed the socket of a new connection."""
     for attempt in (1, 2):
-        stream = client.stream(request.method, request.path, json=request.body, timeout=timeout)
+        stream = client.stream(request.method, request.path, json=request.body, timeout=timeout,
+                               headers={"Accept-Encoding": "identity"}, extensions={"trace": trace})
         try:
             resp = stream.__enter__()
         except Exception as exc:
-            if attempt == 2 or type(exc).__name__ not in _STALE:
+            if attempt == 2 or type(exc).__name__ not in _STALE or aborted.is_set():
                 raise
             continue
         try:
@@ -165,54 +191,70 @@ class _Stream:
         self._request = request
         self.parser = parser
         self._aborted = threading.Event()
-        self._response: Any = None
-        self._lock = threading.Lock()
+        from backends.remote_http import SocketTrap
+
+        self._trap = SocketTrap()  # the connection's socket, as soon as it is opened
         self.thread = threading.Thread(target=self._run, name="tokchat-remote-stream", daemon=True)
 
     def _run(self) -> None:
         import httpx
-        from httpx_sse import EventSource, SSEError
+
+        from backends.remote_http import METADATA_MAX_BYTES, held_response, iter_sse_data, read_capped
 
         backend = self._backend
+        url, path = backend.settings.url, self._request.path
         try:
-            with _open_stream(backend.client, self._request, backend.generation_timeout) as resp:
-                with self._lock:
-                    self._response = resp
+            with _open_stream(backend.client, self._request, backend.generation_timeout, self._trap.trace,
+                              self._aborted) as resp:
+                self._trap.add_response(resp)
                 if self._aborted.is_set():
                     return
                 if resp.status_code >= 400:
-                    resp.read()
-                    raise _http_error(resp, backend.settings.url)
-                for sse in EventSource(resp).iter_sse():
+                    def too_large() -> BackendError:
+                        return BackendError(f"the server at {url} answered {path} with {resp.status_code} "
+                                            f"and an error body over {METADATA_MAX_BYTES >> 20} MiB")
+
+                    body = read_capped(resp.iter_bytes(), METADATA_MAX_BYTES, too_large, lambda: False, too_large)
+                    raise _http_error(held_response(resp, body), url)
+                for data in iter_sse_data(resp, url=url, path=path):
                     if self._aborted.is_set():
                         return
-                    data = sse.data.strip()
+                    data = data.strip()
                     if not data:
                         continue  # a keep-alive ping
                     if data == "[DONE]":
                         break
                     event = json.loads(data)
                     if isinstance(event, dict) and "error" in event:
-                        raise BackendError(f"the server at {backend.settings.url} failed mid-reply: "
-                                           f"{error_message(event)}")
-                    ids = self.parser.feed(event)
+                        raise BackendError(f"the server at {url} failed mid-reply: {error_message(event)}")
+                    if not isinstance(event, dict):
+                        raise BackendError(f"the server at {url} sent an event on {path} that is not a JSON object")
+                    progress_before = getattr(self.parser, "progress", None)
+                    try:
+                        ids = self.parser.feed(event)
+                    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+                        raise BackendError(f"the server at {url} sent an event on {path} that tokchat cannot "
+                                           f"read ({type(exc).__name__}: {str(exc)[:120]})") from None
                     progress = getattr(self.parser, "progress", None)
                     if progress is not None:
                         done, total, seconds = progress
                         backend.prompt_progress = PromptProgress(done, total, time.monotonic() - seconds)
-                    self.events.put(("ids", ids, self.parser.counts.completion_tokens))
+                    # an event moves the turn on when it carries ids or new prompt progress: only then does
+                    # it hold off the first-token and idle deadlines (an endless run of empty events does not)
+                    advanced = bool(ids) or progress != progress_before
+                    self.events.put(("ids", ids, self.parser.counts.completion_tokens, advanced))
                     # read on after the finish event: vLLM's last chunk carries the usage
         except BackendError as exc:
             self.events.put(("error", exc))
-        except SSEError as exc:
-            self.events.put(("error", BackendError(
-                f"the server at {backend.settings.url} did not answer with an event stream ({exc})")))
-        except json.JSONDecodeError as exc:
-            self.events.put(("error", BackendError(
-                f"the server at {backend.settings.url} sent an event that is not JSON ({exc.msg})")))
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+            self.events.put(("error", BackendError(f"the server at {url} sent an event that is not JSON ({why})")))
         except (httpx.HTTPError, OSError) as exc:
             if not self._aborted.is_set():
-                self.events.put(("error", _transport_error(exc, backend.settings.url, streaming=True)))
+                self.events.put(("error", _transport_error(exc, url, streaming=True)))
+        except RuntimeError as exc:  # httpx: the client was closed (the chat ended) before this request began
+            if not self._aborted.is_set():
+                self.events.put(("error", BackendError(f"the connection to {url} was closed ({exc})")))
         finally:
             self.events.put(("end", None))
 
@@ -220,19 +262,10 @@ class _Stream:
         self.thread.start()
 
     def abort(self) -> None:
-        """Close the connection under the reader (the server then stops generating)."""
+        """Close the connection under the reader (the server then stops generating), even one still
+        waiting for the answer's headers."""
         self._aborted.set()
-        with self._lock:
-            response = self._response
-        if response is None:
-            return
-        stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed by the server: nothing left to stop
+        self._trap.close()
 
 
 class RemoteBackend:
@@ -269,18 +302,27 @@ class RemoteBackend:
         self.last_turn_note = ""
         self._stream: _Stream | None = None
         self._cancel = threading.Event()
+        #: the size of our tokenizer's vocabulary (set at connect): an id outside it is the server's error
+        self.vocab_size = 0
 
     # -- plain requests ---------------------------------------------------------------------
 
     def request_json(self, request: Request, *, allow_missing: bool = False, generation: bool = False) -> Any:
         """Send one non-streamed request; its JSON, or None for a 404 when ``allow_missing``.
 
-        Within the connect timeout, unless ``generation`` (the model runs to answer it).
+        The whole answer within the connect timeout, unless ``generation`` (the model runs to
+        answer it: the first-token patience); never more than a size cap (:mod:`backends.remote_http`).
         """
         import httpx
 
+        if generation:
+            total_s, what = self.settings.first_token_timeout_s + self.settings.idle_timeout_s, \
+                "server.first_token_timeout + server.idle_timeout"
+        else:
+            total_s, what = self.settings.connect_timeout_s, "server.connect_timeout"
         try:
-            resp = _send(self.client, request, self.generation_timeout if generation else None)
+            resp = _send(self.client, request, self.settings.url, total_s,
+                         self.generation_timeout if generation else None, what)
         except httpx.HTTPError as exc:
             if generation:
                 raise _transport_error(exc, self.settings.url, streaming=False) from exc
@@ -292,28 +334,40 @@ class RemoteBackend:
             raise _http_error(resp, self.settings.url)
         try:
             return resp.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise BackendError(f"the server at {self.settings.url} answered {request.path} "
                                "with something that is not JSON") from exc
 
     def describe(self) -> ServerInfo:
         """Ask the server what it is and serves (its info endpoints); sets ``info``."""
         replies = {r.path: self.request_json(r, allow_missing=True) for r in self.adapter.info_requests()}
-        server = self.adapter.server_info(self.settings.url, replies)
+        try:
+            server = self.adapter.server_info(self.settings.url, replies)
+            context_size = int(server.context_size or 0)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            paths = " and ".join(replies)
+            raise BackendError(f"the server at {self.settings.url} answered {paths} with JSON tokchat cannot read "
+                               f"({type(exc).__name__}: {str(exc)[:120]}): is it the kind of server "
+                               "--server-kind says?") from None
         self.server = server
         from urllib.parse import urlsplit
 
         self.info = BackendInfo(
             backend="remote", device=f"{server.kind} at {urlsplit(server.url).netloc}",
             model_name=Path(server.model).name or server.model, quantization="served",
-            context_size=int(server.context_size or 0),
+            context_size=context_size,
             notes=[f"remote: {server.kind} {server.version} at {server.url}".replace("  ", " ")],
         )
         return server
 
     def tokenize(self, text: str) -> list[int]:
         """The server's own ids for ``text`` (special tokens parsed, nothing added)."""
-        return self.adapter.tokenized_ids(self.request_json(self.adapter.tokenize(text)))
+        request = self.adapter.tokenize(text)
+        try:
+            return self.adapter.tokenized_ids(self.request_json(request))
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise BackendError(f"the server at {self.settings.url} answered {request.path} with JSON tokchat "
+                               f"cannot read ({type(exc).__name__}: {str(exc)[:120]})") from None
 
     # -- the Backend protocol ---------------------------------------------------------------
 
@@ -351,25 +405,31 @@ class RemoteBackend:
                 try:
                     item = stream.events.get(timeout=_POLL_S)
                 except queue.Empty:
-                    waited = time.monotonic() - last
-                    limit = self.settings.idle_timeout_s if received else self.settings.first_token_timeout_s
-                    if waited > limit:
-                        what = "the next token" if received else "the first token"
-                        raise BackendError(f"the server at {self.settings.url} sent nothing for {waited:.0f} s "
-                                           f"while tokchat waited for {what}; the reply so far is kept")
-                    continue
+                    item = None
+                if item is None or (item[0] == "ids" and not item[3]):
+                    # silence, or an event that moves nothing on: both count against the deadline (a server
+                    # sending empty events faster than the poll never leaves the queue empty)
+                    self._check_patience(time.monotonic() - last, bool(received))
+                    if item is None:
+                        continue
                 if item[0] == "end":
                     ended = True
                     break
                 if item[0] == "error":
                     raise item[1]
-                ids, count = item[1], item[2]
-                last = time.monotonic()
+                ids, count, advanced = item[1], item[2], item[3]
+                if advanced:
+                    last = time.monotonic()
                 for n, token in enumerate(ids):
+                    if self.vocab_size and not 0 <= token < self.vocab_size:
+                        raise BackendError(f"the server at {self.settings.url} sent token id {token}, outside "
+                                           f"the vocabulary (ids 0 to {self.vocab_size - 1}): is it serving "
+                                           "another model? The reply so far is kept")
                     if count is not None:
                         expected = count - (len(ids) - n - 1)  # the server's count up to this id
                     received.append(token)
                     yield token  # the consumer may close us here: the accounting is already right
+                    last = time.monotonic()  # the consumer's time with the id is not the server's silence
                     if token in stops or len(received) >= sampling.max_tokens or self._cancel.is_set():
                         stopped = True
                         break
@@ -389,6 +449,14 @@ class RemoteBackend:
         finally:
             stream.abort()
             self._account(prompt, received, expected, parser, started)
+
+    def _check_patience(self, waited: float, received: bool) -> None:
+        """One line when the server has moved nothing on for longer than the turn's deadline allows."""
+        limit = self.settings.idle_timeout_s if received else self.settings.first_token_timeout_s
+        if waited > limit:
+            what = "the next token" if received else "the first token"
+            raise BackendError(f"the server at {self.settings.url} sent nothing for {waited:.0f} s "
+                               f"while tokchat waited for {what}; the reply so far is kept")
 
     def _recover_tail(self, prompt: list[int], sampling: SamplingParams, seed: int,
                       received: list[int]) -> Iterator[int]:

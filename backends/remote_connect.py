@@ -57,10 +57,14 @@ def make_adapter(kind: str, tokenizer: Any = None) -> Adapter:
 
 
 def _get(backend: RemoteBackend, path: str) -> Any:
+    """``GET path``, its whole (size-capped) answer within the connect timeout."""
     import httpx
 
+    from backends.remote import _send
+    from backends.remote_protocol import Request
+
     try:
-        return backend.client.get(path)  # within the connect timeout (the client's default)
+        return _send(backend.client, Request("GET", path), backend.settings.url, backend.settings.connect_timeout_s)
     except httpx.HTTPError as exc:
         raise _transport_error(exc, backend.settings.url, streaming=False, path=path,
                                timeout_s=backend.settings.connect_timeout_s) from exc
@@ -80,13 +84,13 @@ def detect_kind(backend: RemoteBackend) -> str:
     """The server kind, from the endpoints only one of them has (see the module docstring)."""
     for path, kind in (("/props", "llamacpp"), ("/get_model_info", "sglang"), ("/version", "vllm")):
         resp = _get(backend, path)
-        if resp.status_code in (401, 403):
-            raise _http_error(resp, backend.settings.url)
+        if resp.status_code in (401, 403, 429) or resp.status_code >= 500:
+            raise _http_error(resp, backend.settings.url)  # refused, busy or failing: say so, not "no such server"
         if resp.status_code != 200:
             continue
         try:
             body = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if kind == "llamacpp" and not (isinstance(body, dict) and "build_info" in body):
             continue
@@ -196,6 +200,7 @@ def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: i
     settings = backend.settings
     try:
         backend.adapter = make_adapter(backend.adapter.kind, tokenizer)
+        backend.vocab_size = tokenizer.vocab_size
         backend.describe()
         if backend.adapter.kind == "llamacpp" and backend.server and (backend.server.slots or 1) > 1:
             import random

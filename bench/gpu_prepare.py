@@ -27,7 +27,7 @@ from backends.engine_build import _SKIPPED_PARTS, ENGINE, ENGINE_VERSION, bindin
 
 KIT = ROOT / ".gpu"
 #: what the 'cuda' image lacks of tokchat's run-time dependencies (its package list in the device notes)
-WHEELS = ("textual", "platformdirs", "tomlkit", "httpx-sse", "linkify-it-py", "uc-micro-py", "mdit-py-plugins")
+WHEELS = ("textual", "platformdirs", "tomlkit", "linkify-it-py", "uc-micro-py", "mdit-py-plugins")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 

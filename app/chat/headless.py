@@ -27,6 +27,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from app.settings.options import ChatOptions
@@ -78,6 +79,10 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
         # model name and template are known only now that the model is loaded
         if options.resume is None:
             recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
+            if hasattr(recorder, "set_vocabulary"):
+                from app.history.model_identity import vocabulary_fingerprint
+
+                recorder.set_vocabulary(vocabulary_fingerprint(session.tokenizer))
         recorder.on_user(ChatMessage("user", prompt))
     kept = len(session.messages)  # the session appends the user's message and its reply only if it takes them
     status = 0
@@ -163,6 +168,8 @@ def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextI
         except ResumeError as exc:
             print(f"tokchat: {exc}", file=err)
             return "refused"
+        if not _same_vocabulary(options, session, stored, recorder, err):
+            return "refused"
         left = len(stored.messages) - settled_length(stored.messages)
         if left:
             print(f"tokchat: --resume {options.resume}: the last {left} message{'s' if left != 1 else ''} "
@@ -177,6 +184,39 @@ def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextI
     if recorder is not None:
         recorder.on_continue(session.messages[-1])
     return "continue"
+
+
+def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, recorder: Any, err: TextIO) -> bool:
+    """False (one line said why) when ``stored`` was written with another vocabulary than this run's model
+    (a server restarted with another model: issue 34, item 3), unless ``--switch-model`` asked to go on:
+    then the switch is recorded as the TUI's ``/model`` records one, and the stored reply ids, which mean
+    nothing in this vocabulary, are dropped (the replies are encoded again from their text)."""
+    from app.history.model_identity import SETTINGS_KEY, stored_fingerprint, vocabulary_fingerprint
+
+    theirs = stored_fingerprint(stored.info.settings)
+    if theirs is None:
+        return True  # stored before fingerprints (or by a writer without them): nothing to compare
+    ours = vocabulary_fingerprint(session.tokenizer)
+    if ours == theirs:
+        return True
+    info = session.backend.info
+    now = info.model_name or "this run's model"
+    where = f" ({info.device})" if getattr(info, "backend", "") == "remote" else ""
+    was = stored.info.model_name or Path(stored.info.model_path).name or "another model"
+    if not options.switch_model:
+        print(f"tokchat: --resume {options.resume} was written by {was}; {now}{where} has another vocabulary, "
+              "so its ids would mean other text: serve or pass that model, or add --switch-model to go on with "
+              "this one (the switch is recorded)", file=err)
+        return False
+    for message in session.messages:
+        message.reply_ids = None
+    if recorder is not None and hasattr(recorder, "update"):
+        settings = {**(stored.info.settings or {}), SETTINGS_KEY: ours}
+        recorder.update(model=str(getattr(options, "model_path", None) or options.model or info.model_name),
+                        model_name=info.model_name, template=session.template.name, settings=settings)
+    print(f"tokchat: --resume {options.resume}: switched from {was} to {now}{where} (another vocabulary; "
+          "recorded in the conversation)", file=err)
+    return True
 
 
 def _open_tools(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> Any:

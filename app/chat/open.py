@@ -253,7 +253,9 @@ def _connect(options: ChatOptions, say: Progress) -> tuple[Any, Any, str | None,
     settings = options.server
     assert settings is not None
     say(f"connecting to {settings.url}")
-    backend = open_client(settings)
+    from app.models.served import take_opened
+
+    backend = take_opened(settings) or open_client(settings)  # the one the preset match opened, if any
     try:
         if options.model:
             from app.models.resolution import resolve_model

@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(`tokchat export --list`): --prompt adds a message, --continue continues its last reply")
     add("--continue", dest="continue_reply", action="store_true", default=False,
         help="headless, with --resume: continue the last reply (cut by --max-tokens or stopped) from its ids")
+    add("--switch-model", action="store_true", default=False,
+        help="with --resume: go on with a conversation written by a model of another vocabulary "
+        "(refused without it); the switch is recorded in the conversation")
     add("--show-thinking", action="store_true", default=None, help="headless: print the reasoning too (to stderr)")
     add("--stats", action="store_true", default=None, help="headless: one JSON line of turn stats on stderr")
     add("--tools", help="give the model the tools of these MCP servers: all | SERVER,SERVER.TOOL,... "
@@ -118,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     where = "--prompt"
+    if args.switch_model and args.resume is None:
+        raise CLIError("--switch-model goes on with a stored conversation under another model: give --resume ID")
     if args.continue_reply and (args.resume is None or args.prompt is not None):
         raise CLIError("--continue continues a stored reply: give --resume ID (and no --prompt)")
     if args.resume is not None and args.prompt is None and not args.continue_reply and sys.stdin.isatty():

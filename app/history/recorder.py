@@ -149,8 +149,16 @@ class HistoryRecorder:
         self._meta.update(meta)
         if self.conversation_id is not None:
             conv_id = self.conversation_id
-            columns = {k: v for k, v in meta.items() if k in ("template", "sampling", "model", "model_name")}
+            columns = {k: v for k, v in meta.items()
+                       if k in ("template", "sampling", "model", "model_name", "settings")}
             self._guard(lambda s: s.update_conversation(conv_id, **columns))
+
+    def set_vocabulary(self, fingerprint: str) -> None:
+        """The vocabulary a new conversation's ids belong to (:mod:`app.history.model_identity`), kept with
+        its settings when it is stored."""
+        from app.history.model_identity import SETTINGS_KEY
+
+        self._meta["settings"] = {**(self._meta.get("settings") or {}), SETTINGS_KEY: fingerprint}
 
     def set_system(self, text: str) -> None:
         self._meta["system"] = text

@@ -72,7 +72,31 @@ def load_settings(args: argparse.Namespace | None = None, *, use_preset: bool = 
     if use_preset and settings.wants_preset():
         found = match_model(settings.values["model.default"] or None)
         settings.apply_preset(found.preset, found.path, found.note, found.meta)
+    elif use_preset:
+        found = match_served(settings)
+        settings.apply_preset(found.preset, None, found.note)
     return settings
+
+
+def match_served(settings: Settings) -> PresetMatch:
+    """The preset of what a ``--server`` without ``--model`` serves (:mod:`app.models.served`), or the
+    preset of the server preset's ``model`` (its tokenizer source).  The path and header are not handed
+    on: the chat reads its tokenizer from the server's model itself."""
+    from app.models.served import served_model_path
+    from app.settings.server import remote_settings, server_values
+
+    server, preset_model = server_values(settings.values, settings.sources, settings.server_presets)
+    remote = remote_settings(server, settings.sources.get("server.api_key", "").startswith("--"))
+    if preset_model:
+        return match_model(preset_model)
+    if remote is None:
+        return PresetMatch(None, None, None)
+    try:
+        path = served_model_path(remote)
+    except BackendError as exc:
+        return PresetMatch(None, None, f"no model preset: {exc}")
+    found = match_model(str(path))
+    return PresetMatch(found.preset, None, found.note)
 
 
 def chat_options(args: argparse.Namespace, *, preset: bool = True) -> ChatOptions:

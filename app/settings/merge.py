@@ -80,8 +80,9 @@ class Settings:
     server_presets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def wants_preset(self) -> bool:
-        """Whether a model preset can apply: not for a server with no ``--model`` (the tokenizer
-        then comes from the server, so no local model's preset does)."""
+        """Whether the preset is matched from ``--model``: not for a server with no ``--model`` (the
+        tokenizer then comes from the server, and so does the preset:
+        :func:`app.models.preset_match.match_served`)."""
         return not (self.values["server.url"] and not self.values["model.default"])
 
     def apply_preset(self, preset: Any, model_path: Path | None, note: str | None, meta: Any = None) -> None:
@@ -157,6 +158,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         reasoning_budget=None if v["chat.reasoning_budget"] < 0 else v["chat.reasoning_budget"],
         paste_chip_tokens=v["paste.chip_tokens"], paste_chip_lines=v["paste.chip_lines"],
         resume=getattr(args, "resume", None), continue_reply=bool(getattr(args, "continue_reply", False)),
+        switch_model=bool(getattr(args, "switch_model", False)),
         stats=v["chat.stats"],
         history=v["history.enabled"],
         theme=v["ui.theme"],

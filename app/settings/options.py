@@ -69,6 +69,9 @@ class ChatOptions:
     resume: int | None = None
     #: headless: continue the last reply of ``resume`` instead of sending a prompt (``--continue``)
     continue_reply: bool = False
+    #: headless, with ``resume``: go on although the conversation was written with another vocabulary
+    #: (``--switch-model``; the switch is recorded, see app.history.model_identity)
+    switch_model: bool = False
     #: reasoning ids after which tokchat closes the think block itself; None: no limit
     reasoning_budget: int | None = None
     #: a paste of at least this many tokens or lines becomes an attachment chip (``[paste]``)
