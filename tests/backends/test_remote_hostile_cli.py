@@ -116,6 +116,11 @@ def test_doctor_server_fails_in_one_line_naming_the_endpoint(path, fault, upstre
 def test_a_reply_the_server_breaks_stores_only_what_was_shown(fault, upstream, smollm_path, tmp_path):
     with HostileServer(upstream.url, {"/completion": fault}, limit_bytes=1 << 30) as hostile:
         env = child_env(tmp_path)
+        # a reply whose headers never end waits for the first token: the default (300 s) is longer than this
+        # test's hang guard, and what is tested here is what gets stored, not the default's length
+        config = Path(env["TOKCHAT_CONFIG_DIR"]) / "config.toml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text("[server]\nfirst_token_timeout = 15.0\nidle_timeout = 15.0\n")
         run = tokchat(env, tmp_path, "--server", hostile.url, "-m", str(smollm_path), "--prompt", "hi",
                       "--max-tokens", "8")
     assert run.returncode == 2, (run.returncode, run.stderr[-3000:])

@@ -91,7 +91,10 @@ def test_a_long_conversation_in_a_small_context(smollm_path):
             assert backend.sent == session.last_prompt.ids
             assert stats.completion_tokens == backend.yielded <= MAX_TOKENS
             assert stats.context_used == stats.prompt_tokens + stats.completion_tokens <= CTX
-            assert stats.context_limit == CTX and session.context_used == stats.context_used
+            # the meter is the stored conversation rendered (issue 33, item 9): what the engine holds, plus
+            # the closing markup the template writes after the reply that the reply did not generate itself
+            closing = len(tok.encode("<|im_end|>\n", special=True)) - (stats.finish_reason == "stop")
+            assert stats.context_limit == CTX and session.context_used == stats.context_used + closing
             assert session.messages[-1].stats is stats and session.messages[-2].content == text
             assert f"Turn {n}:" in tok.decode(backend.sent)  # the current message is never dropped
             notices = [e.text for e in events if e.kind == "notice"]
