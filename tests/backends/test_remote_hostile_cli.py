@@ -58,6 +58,22 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
+def _peak_resident(pid: int, stop: threading.Event, peak: list[int]) -> None:
+    """Sample the process's own peak resident size (``VmHWM``, counted from its exec) until ``stop``.
+
+    Not ``ru_maxrss``: between fork and exec the child is a copy of this pytest process, and
+    the kernel counts that image (over a GiB in a whole-suite run) as the child's peak.
+    """
+    while not stop.is_set():
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak[0] = max(peak[0], int(line.split()[1]) * 1024)
+        except (OSError, ValueError):
+            return  # ended: the last sample stands
+        stop.wait(0.01)
+
+
 def tokchat(env: dict[str, str], tmp_path: Path, *args: str) -> Run:
     """One real tokchat process; killed after :data:`GUARD_S` (then the test fails on its status)."""
     out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
@@ -66,12 +82,17 @@ def tokchat(env: dict[str, str], tmp_path: Path, *args: str) -> Run:
                                 stdin=subprocess.DEVNULL, preexec_fn=_limit_memory)
     guard = threading.Timer(GUARD_S, proc.kill)
     guard.start()
+    stop, peak = threading.Event(), [0]
+    sampler = threading.Thread(target=_peak_resident, args=(proc.pid, stop, peak), daemon=True)
+    sampler.start()
     try:
-        _pid, status, usage = os.wait4(proc.pid, 0)
+        _pid, status, _usage = os.wait4(proc.pid, 0)
     finally:
         guard.cancel()
+        stop.set()
+        sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(proc.returncode, out_path.read_text(), err_path.read_text(), usage.ru_maxrss * 1024)
+    return Run(proc.returncode, out_path.read_text(), err_path.read_text(), peak[0])
 
 
 def stored_conversations(tmp_path: Path) -> list:
