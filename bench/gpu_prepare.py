@@ -26,8 +26,9 @@ sys.path.insert(0, str(ROOT))
 from backends.engine_build import _SKIPPED_PARTS, ENGINE, ENGINE_VERSION, bindings_wheel, download_sdist  # noqa: E402
 
 KIT = ROOT / ".gpu"
-#: what the 'cuda' image lacks of tokchat's run-time dependencies (its package list in the device notes)
-WHEELS = ("textual", "platformdirs", "tomlkit", "linkify-it-py", "uc-micro-py", "mdit-py-plugins")
+#: what the "cuda" image lacks of tokchat's run-time dependencies (its package list in the device notes;
+#: diskcache is llama-cpp-python's: the first H100 run lost its checks without it)
+WHEELS = ("textual", "platformdirs", "tomlkit", "diskcache", "linkify-it-py", "uc-micro-py", "mdit-py-plugins")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
