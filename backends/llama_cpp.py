@@ -246,7 +246,7 @@ class LlamaCppBackend:
         if free is None or kv is None or not isinstance(blocks, int) or blocks <= 0:
             return -1, None  # llama.cpp's own "all layers"
         try:
-            sizes = model_sizes(path)
+            sizes = model_sizes(path, meta.gguf)  # the header the load already parsed, where it did
         except (OSError, ValueError):
             return -1, None
         plan = plan_offload(sizes, kv // blocks, free)

@@ -40,12 +40,12 @@ class ModelSizes:
         return sum(self.blocks) + self.other
 
 
-def model_sizes(path: Path) -> ModelSizes:
-    """Per-block tensor bytes from the GGUF's tensor infos."""
+def model_sizes(path: Path, gguf=None) -> ModelSizes:
+    """Per-block tensor bytes from the GGUF's tensor infos; ``gguf`` is its parsed header when already read."""
     from tokenizer.gguf import read_gguf
     from tokenizer.gguf_extents import tensor_extents
 
-    extents, _ = tensor_extents(path, read_gguf(path, keys=()))
+    extents, _ = tensor_extents(path, gguf if gguf is not None else read_gguf(path, keys=()))
     blocks: dict[int, int] = {}
     other = output = 0
     names = {e.name for e in extents}
@@ -62,11 +62,6 @@ def model_sizes(path: Path) -> ModelSizes:
 
 def _nbytes(extent) -> int:
     return (extent.end - extent.start) if extent.end is not None else 0
-
-
-def kv_bytes_per_block(n_ctx: int, kv_heads: int, head_dim: int, bytes_per_value: int = 2) -> int:
-    """The K and V cache of one block for ``n_ctx`` positions (f16, llama.cpp's default cache type)."""
-    return 2 * n_ctx * kv_heads * head_dim * bytes_per_value
 
 
 @dataclass(frozen=True)

@@ -91,13 +91,14 @@ def build_line() -> str:
     except (OSError, ValueError):
         return "engine build: not tokchat's (no build.json beside libllama): run `python3 dev.py run` to build it"
     try:
-        wanted = build_key(choose())
+        accelerator = choose()  # asks nvidia-smi / rocminfo: once
     except ValueError as exc:
-        wanted = f"? ({exc})"
+        wanted, missing = f"? ({exc})", ""
+    else:
+        wanted, missing = build_key(accelerator), accelerator.missing
     text = f"engine build: {info.get('accelerator_label', '?')}, key {info.get('key')}"
     if info.get("key") != wanted:
         text += f"; this machine wants {wanted}: run `python3 dev.py run` to build it"
-    missing = choose().missing if "?" not in wanted else ""
     return text + (f"; {missing}" if missing else "")
 
 
