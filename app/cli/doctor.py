@@ -42,10 +42,7 @@ def model_caveats(model: str | None) -> list[str]:
 
 def engine_lines() -> list[str]:
     """How the local engine runs here: its process, threads, the CPU's AMX and what tokchat chose for it."""
-    import sys
-    from pathlib import Path
-
-    from backends.cpu import build_fingerprint, cpu_model, has_amx, llama_default_threads
+    from backends.cpu import cpu_model, has_amx, llama_default_threads
     from backends.engine_patches import patch_files
     from backends.hosted import amx_fault_record
 
@@ -65,12 +62,6 @@ def engine_lines() -> list[str]:
     else:
         lines.append("amx: this CPU has no AMX, llama.cpp's AMX kernel is not used")
     lines.append(build_line())
-    stamp = Path(sys.prefix) / ".tokchat-engine"
-    if stamp.is_file():
-        built_here = f"cpu{build_fingerprint()}" in stamp.read_text()
-        lines.append("engine build: for this CPU's features" if built_here else
-                     "engine build: made for ANOTHER CPU (it may die of SIGILL here): run `python3 dev.py run` "
-                     "to build it for this one")
     return lines
 
 
@@ -80,6 +71,7 @@ def build_line() -> str:
     from pathlib import Path
 
     from backends.accelerator import choose
+    from backends.cpu import build_fingerprint
     from backends.engine_build import build_key
 
     spec = importlib.util.find_spec("llama_cpp")
@@ -97,7 +89,9 @@ def build_line() -> str:
     else:
         wanted, missing = build_key(accelerator), accelerator.missing
     text = f"engine build: {info.get('accelerator_label', '?')}, key {info.get('key')}"
-    if info.get("key") != wanted:
+    if f"-cpu{build_fingerprint()}-" not in str(info.get("key")):
+        text += "; made for ANOTHER CPU (it may die of SIGILL here): run `python3 dev.py run` to build it for this one"
+    elif info.get("key") != wanted:
         text += f"; this machine wants {wanted}: run `python3 dev.py run` to build it"
     return text + (f"; {missing}" if missing else "")
 
