@@ -172,7 +172,9 @@ class LlamaCppBackend:
                 f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
             ) from exc
         report = read_load_report(_log_since(self.log_path, log_start))
-        draft_note = self._load_draft(Path(model_path), options, params) if options.speculative != "off" else ""
+        # "ngram" is prompt lookup only: a configured draft model is loaded for "draft" and "auto"
+        draft_note = (self._load_draft(Path(model_path), options, params)
+                      if options.speculative in ("draft", "auto") else "")
         self._model_path = Path(model_path)
         stat = os.stat(model_path)
         self._model_identity = (stat.st_ino, stat.st_size)
@@ -207,7 +209,7 @@ class LlamaCppBackend:
 
         Refused in one line when its vocabulary is not the main model's id for id.
         """
-        from backends.draft_model import vocab_difference
+        from backends.draft_model import DraftModelConfig, vocab_difference
         from backends.llama_engine import LlamaEngine, LlamaEngineError
 
         path = options.draft_model
@@ -229,10 +231,9 @@ class LlamaCppBackend:
             self.close()
             raise BackendError(f"llama.cpp could not load the draft model {path.name}: {exc}") from exc
         report = read_load_report(_log_since(self.log_path, start))
-        model = sum(v for (_, kind), v in report.buffers.items() if kind == "model")
-        kv = sum(v for (_, kind), v in report.buffers.items() if kind == "KV")
-        return (f"draft model {path.name}: drafts up to 16 ids a step for the main model "
-                f"({model:.0f} MiB of weights + {kv:.0f} MiB of KV cache)")
+        return (f"draft model {path.name}: drafts up to {DraftModelConfig().max_draft} ids a step for the main "
+                f"model ({report.total_mib('model'):.0f} MiB of weights + {report.total_mib('KV'):.0f} MiB of KV "
+                "cache)")
 
     def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None):
         """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown)."""

@@ -115,6 +115,10 @@ class LoadReport:
     #: (device, kind) -> MiB, e.g. ("CUDA0", "model"), ("CUDA0", "KV"), ("CPU_Mapped", "model")
     buffers: dict[tuple[str, str], float] = field(default_factory=dict)
 
+    def total_mib(self, kind: str) -> float:
+        """Every device's ``kind`` buffers together (host memory included)."""
+        return sum(v for (_, k), v in self.buffers.items() if k == kind)
+
     def gpu_mib(self, kind: str) -> float:
         return sum(v for (dev, k), v in self.buffers.items()
                    if k == kind and not dev.upper().startswith("CPU") and not dev.endswith("_Host"))
