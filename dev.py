@@ -28,6 +28,7 @@ VENV = Path(os.environ.get("TOKCHAT_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 sys.path.insert(0, str(ROOT))
+from backends.engine_build import took as _took  # noqa: E402  (standard library only, as is backends.pins)
 from backends.pins import BUNDLED_MODEL  # noqa: E402  (standard library only; every pin written once)
 def _stamp(extras: str) -> str:
     # the tokenizer's C accelerator is compiled by the install: a changed source must rebuild it
@@ -49,11 +50,6 @@ def _installed(dist: str) -> bool:
     """Whether ``dist`` is already installed in the venv (then pip keeps it: no rebuild)."""
     probe = f"import importlib.metadata as m\ntry:\n    m.version({dist!r})\nexcept m.PackageNotFoundError:\n    raise SystemExit(1)"
     return subprocess.run([str(PY), "-c", probe], capture_output=True).returncode == 0
-
-
-def _took(start: float) -> str:
-    seconds = int(time.monotonic() - start)
-    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
 
 
 def _engine_key() -> str:

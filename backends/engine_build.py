@@ -217,7 +217,7 @@ def ensure_build(accelerator: Accelerator, *, say: Say = print, source: Path | N
         if folder.exists():
             shutil.rmtree(folder)
         staging.replace(folder)
-    say(f"llama.cpp built in {_took(started)}: {folder}")
+    say(f"llama.cpp built in {took(started)}: {folder}")
     return folder
 
 
@@ -258,7 +258,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _took(start: float) -> str:
+def took(start: float) -> str:
+    """``3 min 5 s`` / ``42 s`` since ``time.monotonic()`` was ``start`` (dev.py says it too)."""
     seconds = int(time.monotonic() - start)
     return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
 
