@@ -79,7 +79,9 @@ def ensure_engine() -> None:
         return
     _pip("install", "--quiet", "cmake>=3.28", "ninja>=1.11")  # the build's tools, as pip wheels
     start = time.monotonic()
-    subprocess.run([str(PY), "-m", "backends.engine_build", "--install"], cwd=ROOT, check=True)
+    if subprocess.run([str(PY), "-m", "backends.engine_build", "--install"], cwd=ROOT).returncode != 0:
+        raise SystemExit("dev.py: llama.cpp could not be built (the build's own words are above); "
+                         "fix what they name and run the same command again")
     _say(f"engine ready in {_took(start)}")
     stamp.write_text(key)
 

@@ -84,6 +84,11 @@ def build_dir(accelerator: Accelerator) -> Path:
     return cache_root() / build_key(accelerator)
 
 
+def bindings_dir() -> Path:
+    """Where the bindings' pure wheel is kept (one per llama-cpp-python version: no compiled code in it)."""
+    return cache_root() / f"bindings-{ENGINE_VERSION}"
+
+
 def read_build_info(folder: Path) -> dict | None:
     """The folder's ``build.json``, or None when it is missing or not a finished build."""
     try:
@@ -184,10 +189,13 @@ def ensure_build(accelerator: Accelerator, *, say: Say = print, source: Path | N
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix=".build-") as tmp:
         work = Path(tmp)
+        downloaded = source is None
         if source is None:
             say(f"downloading the {ENGINE} {ENGINE_VERSION} sources (76 MB, about a minute) ...")
             source = download_sdist(work / "download")
         root = unpack_sdist(source, work / "src") if source.is_file() else source
+        if downloaded:  # the bindings' pure wheel from these sources (seconds): installing it downloads nothing
+            bindings_wheel(root, bindings_dir())
         llama = root / "vendor" / "llama.cpp"
         for changed in apply_all(llama):
             say(f"patched {changed.relative_to(root)}")
@@ -268,7 +276,7 @@ def install_engine(folder: Path, source: Path | None, say: Say = print) -> Path:
     """Install the bindings into the running Python (a venv) with ``folder``'s libraries; their folder."""
     import importlib.util
 
-    wheel = bindings_wheel(source, cache_root() / f"bindings-{ENGINE_VERSION}")
+    wheel = bindings_wheel(source, bindings_dir())
     subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--quiet",
                     "--force-reinstall", "--no-deps", str(wheel)], check=True)
     importlib.invalidate_caches()
@@ -311,12 +319,17 @@ def main(argv: list[str] | None = None) -> int:
                               say=say)
     except RuntimeError as exc:
         if accelerator.kind == "cpu" or os.environ.get("TOKCHAT_ACCELERATOR"):
-            raise
+            print(f"error: {exc}", file=sys.stderr)  # the build log's tail is above it
+            return 1
         # a GPU toolkit that cannot build llama.cpp must not leave the user without a chat
         say(f"note: the {accelerator.label} build failed ({exc}); building for the CPU meanwhile, and the chat "
             "will say the GPU is unused")
-        folder = ensure_build(Accelerator("cpu"), source=args.source, jobs=args.jobs,
-                              extra_targets=tuple(args.extra), say=say)
+        try:
+            folder = ensure_build(Accelerator("cpu"), source=args.source, jobs=args.jobs,
+                                  extra_targets=tuple(args.extra), say=say)
+        except RuntimeError as again:
+            print(f"error: {again}", file=sys.stderr)
+            return 1
     if args.install:
         install_engine(folder, args.source, say)
     print(folder)
