@@ -101,7 +101,10 @@ class _Child:
     """One engine process and the thread that reads its answers into a queue."""
 
     def __init__(self, log_path: Path, warm: str | None = None) -> None:
+        from backends.engine_log import rotate_log
+
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        rotate_log(log_path)  # bounded: the log past its limit becomes engine.log.1 before this engine writes
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.log_start = log.tell()

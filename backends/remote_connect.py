@@ -164,6 +164,9 @@ def open_client(settings: RemoteSettings) -> RemoteBackend:
 
     try:
         parts = urlsplit(settings.url)
+    except ValueError as exc:  # before any port: an unclosed "[", a character NFKC turns into a separator
+        raise BackendError(f"--server {settings.url!r} is a malformed URL: {_malformed(str(exc))}") from None
+    try:
         parts.port  # noqa: B018 - raises ValueError for a port outside 0-65535 or not a number
     except ValueError as exc:
         raise BackendError(f"--server {settings.url!r} is not a usable URL ({exc}): ports go from 1 to 65535") from None
@@ -179,6 +182,13 @@ def open_client(settings: RemoteSettings) -> RemoteBackend:
         backend.close()
         raise
     return backend
+
+
+def _malformed(reason: str) -> str:
+    """urlsplit's reason in the user's terms (it says "Invalid IPv6 URL" for any unbalanced bracket)."""
+    if reason == "Invalid IPv6 URL":
+        return "its host has a '[' without a closing ']' (or a ']' without '['): write an IPv6 host as http://[::1]:8080"
+    return reason
 
 
 def _checked_kind(backend: RemoteBackend, asked: str) -> str:

@@ -121,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     where = "--prompt"
+    if args.template is not None and args.template_file is not None:
+        raise CLIError("--template and --template-file both choose the chat template: give one of them")
+    if args.system is not None and args.resume is not None:
+        raise CLIError(f"--system does not apply with --resume: conversation {args.resume} keeps the system prompt "
+                       "it was stored with; to change it, open it in the TUI (Ctrl+B) and type /system TEXT, or "
+                       "start a new conversation with --system")
     if args.switch_model and args.resume is None:
         raise CLIError("--switch-model goes on with a stored conversation under another model: give --resume ID")
     if args.continue_reply and (args.resume is None or args.prompt is not None):

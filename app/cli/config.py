@@ -6,6 +6,7 @@ so "why is the temperature 0.2?" has an answer.  Choices the TUI remembers per m
 (``[models."NAME"]``: ``/think on|off``, ``/think budget N``) are listed as their own
 tables, and where one applies to the model shown (``--model``, or the default one) the
 ``[chat]`` value is the remembered one, its source that table: what the chat will use.
+The API key is masked (``sk-…abcd``).
 """
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def show(args: argparse.Namespace) -> int:
     for name, body in remembered_tables().items():
         for key, value in body.items():
             v[f'models."{name}".{key}'], sources[f'models."{name}".{key}'] = value, str(user_config_path())
+    from app.settings.server import masked_key
+
+    v["server.api_key"] = masked_key(v["server.api_key"])  # a secret: shown only as enough to tell keys apart
     # values are written as TOML/JSON strings; to a terminal their controls become \uXXXX, valid in both
     out = shown_json
     if args.json:

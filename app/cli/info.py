@@ -54,9 +54,11 @@ def describe(tok) -> dict:
 
 
 def weights(source: str) -> dict | None:
-    """For a GGUF: how many tensors, and whether any lies past the end of the file (None otherwise)."""
+    """For a GGUF: how many tensors, whether any lies past the end of the file, and whether it has none at
+    all (a vocabulary only: it tokenizes but cannot generate); None for other files."""
     from pathlib import Path
 
+    from app.models.file_kind import vocabulary_only
     from tokenizer.gguf_extents import tensor_extents, truncation
     from tokenizer.gguf import read_gguf
 
@@ -66,7 +68,7 @@ def weights(source: str) -> dict | None:
     gguf = read_gguf(path, keys={"general.alignment"})
     problem = truncation(path, gguf)
     count = gguf.tensor_count if problem else len(tensor_extents(path, gguf)[0])
-    return {"tensors": count, "problem": problem}
+    return {"tensors": count, "problem": problem, "vocabulary_only": vocabulary_only(gguf)}
 
 
 def _line(label: str, value: object) -> str:
@@ -121,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         out.append(_line("chat template", "none"))
     if facts["weights"] is not None:
-        state = "CUT SHORT (see below)" if problem else "all inside the file"
+        state = ("CUT SHORT (see below)" if problem else
+                 "vocabulary only (no weights): a tokenizer, not a model to chat with"
+                 if facts["weights"]["vocabulary_only"] else "all inside the file")
         out.append(_line("tensors", f"{facts['weights']['tensors']}, {state}"))
     print(shown("\n".join(out)))
     if problem:

@@ -47,15 +47,22 @@ def run(args: argparse.Namespace) -> int:
             print(shown_json(json.dumps(entry.as_json(), ensure_ascii=False)))
     else:
         # names come from the files' own metadata and names: one line each, inert on a terminal
+        chat = [e for e in entries if not e.info.vocabulary_only]
         rows = [(cell(e.info.name), cell(e.info.architecture), cell(e.info.quantization), _size(e.info.size_bytes),
-                 _context(e.info.context_length), human_age(e.last_used), cell(e.model_arg)) for e in entries]
+                 _context(e.info.context_length), human_age(e.last_used), cell(e.model_arg)) for e in chat]
         header = ("NAME", "ARCH", "QUANT", "SIZE", "CTX", "USED", "--model")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
         for row in [header, *rows]:
             print(shown("  ".join(f"{text:<{w}}" for text, w in zip(row, widths)) + "  " + row[6]))
-        if not entries:
+        if not chat:
             print("no models found (`tokchat pull qwen2.5` downloads one; or add directories to model.dirs "
                   "in config.toml)")
+        vocabularies = [e for e in entries if e.info.vocabulary_only]
+        if vocabularies:  # listed apart: they tokenize (info, tokenize, --model beside --server) but cannot chat
+            print(f"vocabulary only, no weights ({len(vocabularies)}): tokenizers for tokchat info, tokenize "
+                  "and --model beside --server, not models to chat with")
+            for e in vocabularies:
+                print(shown(f"  {cell(e.info.name)} ({cell(e.info.architecture)})  {cell(e.model_arg)}"))
     for line in problems:
         print(f"tokchat: skipped {line}", file=sys.stderr)
     return 0

@@ -33,6 +33,11 @@ def load_for_cli(value: str | None):
     if value:
         path = Path(value).expanduser()
         if path.suffix == ".json" or (path.is_dir() and (path / "tokenizer.json").is_file()):
+            from app.models.file_kind import not_a_regular_file
+
+            special = not_a_regular_file(path)
+            if special is not None:
+                raise CLIError(special)
             return load_tokenizer(path)
     from app.models.resolution import resolve_model
 

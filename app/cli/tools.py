@@ -5,7 +5,8 @@
 Starts every server in ``[mcp.servers]`` (or those named), lists each tool
 with its schema's size in tokens (the model's tokenizer; the bundled one by
 default), and what the schemas add to a prompt through the chat template.
-A server that does not start is one line; the others are still listed.
+A server that does not start is one line; the others are still listed.  Exit status 2 when
+none of them started.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     with McpHub([servers[n] for n in names], call_timeout_s=tools_settings.call_timeout_s) as hub:
         failures = hub.start(names)
         print(tools_table(hub, names, failures, counter))
+    if len(failures) == len(names):  # a script's check must see that no tool is available
+        print(f"tokchat: no MCP server started ({len(names)} tried, each said why above)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -98,7 +98,10 @@ class HistoryRecorder:
     def _disable(self, exc: StoreError) -> None:
         self.enabled = False
         if self._notice is None:
-            self._notice = f"history is off for this chat: {exc}"
+            # every message is committed when it is written (a reply about once a second): what came before stays
+            kept = (f"conversation {self.conversation_id} is kept as far as it was recorded"
+                    if self.conversation_id is not None else "the history recorded so far is kept")
+            self._notice = f"history is off for this chat: {exc}; {kept}"
             if self._notify is not None:
                 self._notice_taken = True
                 self._notify(self._notice)
@@ -159,6 +162,13 @@ class HistoryRecorder:
         from app.history.model_identity import SETTINGS_KEY
 
         self._meta["settings"] = {**(self._meta.get("settings") or {}), SETTINGS_KEY: fingerprint}
+
+    def store_vocabulary(self) -> None:
+        """Write this chat's settings, the fingerprint :meth:`set_vocabulary` kept among them, into the stored
+        conversation this recorder goes on with (the TUI's ``/model``: its next ids are the new model's)."""
+        settings, conv_id = self._meta.get("settings"), self.conversation_id
+        if settings and conv_id is not None:
+            self._guard(lambda s: s.update_conversation(conv_id, settings=settings))
 
     def set_system(self, text: str) -> None:
         self._meta["system"] = text

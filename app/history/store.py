@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from app.history.full_disk import disk_is_full, full_disk_reason
 from app.history.types import (Conversation, ConversationInfo, StoredMessage, StoreError, as_dict,
                              message_columns, make_title, parse_reply_json, reply_json)
 
@@ -190,8 +191,8 @@ class ChatStore:
             raise StoreError(f"cannot create the history directory {self.path.parent}: "
                              "a file of that name is in the way") from exc
         except OSError as exc:
-            raise StoreError(f"cannot create the history directory {self.path.parent}: "
-                             f"{exc.strerror or exc}") from exc
+            raise self._error(exc) if disk_is_full(exc, self.path) else \
+                StoreError(f"cannot create the history directory {self.path.parent}: {exc.strerror or exc}") from exc
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None,
                                          check_same_thread=False, factory=_Connection)
@@ -272,8 +273,8 @@ class ChatStore:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "readonly" in reason or "read-only" in reason:
             reason = "the file or its directory is read-only"
-        elif "disk is full" in reason:
-            reason = "the disk is full"
+        elif disk_is_full(exc, self.path):  # SQLite may say "disk I/O error" for it (app.history.full_disk)
+            reason = full_disk_reason(self.path)
         return StoreError(f"history database {self.path}: {reason}")
 
     @contextmanager

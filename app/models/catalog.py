@@ -33,7 +33,8 @@ class CatalogEntry:
         m = self.info
         return {"model": self.model_arg, "path": str(m.path), "kind": m.kind, "size_bytes": m.size_bytes,
                 "architecture": m.architecture, "name": m.name, "quantization": m.quantization,
-                "context_length": m.context_length, "source": m.source, "last_used": self.last_used}
+                "context_length": m.context_length, "source": m.source, "last_used": self.last_used,
+                "vocabulary_only": m.vocabulary_only}
 
 
 def model_arg(info: ModelInfo) -> str:

@@ -22,15 +22,24 @@ def take_header(path: Path, options: ChatOptions) -> Any:
     load only, so a later load of the same path (``/model``) reads the file as
     it is then.  None leaves the error to the tokenizer's loader, which says
     in its own words what is wrong with the file.
+
+    A GGUF with no weights (:func:`app.models.file_kind.vocabulary_only`) raises
+    :class:`~app.models.hub_ref.ModelNotFound` here, before an engine is started for it:
+    the engine could only say, three times over, that it could not load it.
     """
+    from app.models.file_kind import vocabulary_only, vocabulary_only_message
+    from app.models.hub_ref import ModelNotFound
     from backends.base import BackendError
     from backends.model_meta import known_meta
 
     handed, options.model_meta = options.model_meta, None
     try:
-        return known_meta(path, handed)
+        header = known_meta(path, handed)
     except (BackendError, OSError):
         return None
+    if vocabulary_only(header.gguf):
+        raise ModelNotFound(vocabulary_only_message(path))
+    return header
 
 
 def load_chat_tokenizer(path: Path, header: Any) -> Any:

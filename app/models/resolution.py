@@ -43,6 +43,8 @@ class ModelInfo:
     context_length: int | None = None
     #: where it was found: "bundled", "hf:ORG/REPO/FILE", "dir", "model"
     source: str = ""
+    #: a GGUF with no tensors (llama.cpp's ggml-vocab-*.gguf): a tokenizer, not a model to chat with
+    vocabulary_only: bool = False
 
 
 def parse_hf(value: str) -> tuple[str, str]:
@@ -75,6 +77,11 @@ def resolve_model(value: str | None) -> Path:
         if is_mlx_dir(path):
             return path
         raise ModelNotFound(f"{path} is a directory but not an MLX model (no config.json and *.safetensors)")
+    from app.models.file_kind import not_a_regular_file
+
+    special = not_a_regular_file(path)  # a fifo is never opened: reading it would wait for a writer
+    if special is not None:
+        raise ModelNotFound(special)
     from app.models.hub_ref import preset_ref
 
     if preset_ref(value) is not None:  # a preset name: its hub repo and default quantization
@@ -96,6 +103,7 @@ def _size(path: Path) -> int:
 def describe_model(path: Path, source: str = "model", meta=None) -> ModelInfo:
     """Header facts about a model (``meta``, or read through :func:`backends.model_meta.read_model_meta`);
     raises BackendError for a file that is not a readable model."""
+    from app.models.file_kind import vocabulary_only
     from backends.model_meta import known_meta
 
     meta = known_meta(path, meta)
@@ -104,7 +112,8 @@ def describe_model(path: Path, source: str = "model", meta=None) -> ModelInfo:
         name = path.parent.parent.name.split("--")[-1]
     return ModelInfo(path, meta.format, _size(path), architecture=meta.architecture, name=name,
                      basename=str(meta.kv.get("general.basename", "")) if meta.format == "gguf" else "",
-                     quantization=meta.quantization, context_length=meta.context_length, source=source)
+                     quantization=meta.quantization, context_length=meta.context_length, source=source,
+                     vocabulary_only=vocabulary_only(meta.gguf))
 
 
 def match_names(info: ModelInfo) -> list[str]:

@@ -4,7 +4,7 @@ Every setting is declared once in :data:`SCHEMA` (type, allowed values) and
 documented once, in ``configs/default.toml``, which also holds its default.
 Each layer is a flat ``{"section.key": value}`` dict checked against the
 schema, so an unknown key or a wrong type is a :class:`ConfigError` naming
-the file, the key and what was expected.
+the file, the line (:mod:`app.settings.toml_lines`), the key and what was expected.
 
 This is the bottom of the settings: it reads and checks files and imports
 nothing of the app (the template names come from :mod:`templates.names`, below
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.settings.toml_lines import located, parse_error_line
 from templates.names import NAMES as TEMPLATE_NAMES
 
 try:
@@ -144,6 +145,17 @@ _TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (st
 #: sections whose table names are the user's own, checked by the module that reads them
 #: ([mcp.servers.NAME]: app.settings.tools); public because app.settings.merge hands them on
 OWN_TABLES = ("mcp", "models")  # [models.NAME]: app.settings.model_memory
+#: ``[servers.NAME]``: remote-server presets, split off first and checked by app.settings.server
+SERVER_PRESETS = "servers"
+
+
+def known_sections(allowed: set[str] | None = None) -> list[str]:
+    """Every top-level table a file may hold: the schema's sections (narrowed to ``allowed``, as a model
+    preset's are) and, for the user's config.toml, the tables their owners check (OWN_TABLES, SERVER_PRESETS).
+    The one list an "unknown section" message offers."""
+    if allowed is not None:
+        return sorted({k.split(".")[0] for k in allowed})
+    return sorted({k.split(".")[0] for k in SCHEMA} | {*OWN_TABLES, SERVER_PRESETS})
 
 
 def _toml_type(value: Any) -> str:
@@ -155,50 +167,61 @@ def _bound(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else f"{number:g}"
 
 
-def check_value(source: str, key: str, value: Any) -> Any:
-    """``value`` if it fits the schema for ``key``, else a ConfigError naming source and key."""
-    setting = SCHEMA[key]
-    expected = _EXPECTED[setting.kind]
+def check_value(source: str, key: str, value: Any, at: tuple[str, ...] | None = None) -> Any:
+    """``value`` if it fits the schema for ``key``, else a ConfigError naming source, line and key.
+
+    ``at``: where the value sits in the file when that is not ``key`` itself (``servers.NAME.kind``
+    checked as ``server.kind``); the message names it as written there."""
+    problem = _value_problem(SCHEMA[key], value)
+    if problem is not None:
+        at = at or tuple(key.split("."))
+        raise ConfigError(f"{located(source, *at)}: {'.'.join(at)} must be {problem}")
+    return float(value) if SCHEMA[key].kind == "number" else value
+
+
+def _value_problem(setting: Setting, value: Any) -> str | None:
+    """What ``value`` must be instead ("a number, not a string ('hot')"), or None when it fits."""
     ok = {"string": isinstance(value, str), "boolean": isinstance(value, bool),
           "integer": isinstance(value, int) and not isinstance(value, bool),
           "number": isinstance(value, (int, float)) and not isinstance(value, bool),
           "strings": isinstance(value, list) and all(isinstance(v, str) for v in value)}[setting.kind]
     if not ok:
-        raise ConfigError(f"{source}: {key} must be {expected}, not {_toml_type(value)} ({value!r})")
+        return f"{_EXPECTED[setting.kind]}, not {_toml_type(value)} ({value!r})"
     if setting.kind == "number" and not math.isfinite(value):
-        raise ConfigError(f"{source}: {key} must be a finite number, not {value!r}")
+        return f"a finite number, not {value!r}"
     if setting.choices and value not in setting.choices:
-        raise ConfigError(f"{source}: {key} must be one of {', '.join(repr(c) for c in setting.choices)}, "
-                          f"not {value!r}")
+        return f"one of {', '.join(repr(c) for c in setting.choices)}, not {value!r}"
     if setting.minimum is not None and value < setting.minimum:
-        raise ConfigError(f"{source}: {key} must be at least {_bound(setting.minimum)}, not {value!r}")
+        return f"at least {_bound(setting.minimum)}, not {value!r}"
     if setting.maximum is not None and value > setting.maximum:
-        raise ConfigError(f"{source}: {key} must be at most {_bound(setting.maximum)}, not {value!r}")
+        return f"at most {_bound(setting.maximum)}, not {value!r}"
     if setting.above is not None and value <= setting.above:
-        raise ConfigError(f"{source}: {key} must be more than {_bound(setting.above)}, not {value!r}")
-    return float(value) if setting.kind == "number" else value
+        return f"more than {_bound(setting.above)}, not {value!r}"
+    return None
 
 
 def flatten(source: str, table: dict, allowed: set[str] | None = None) -> dict[str, Any]:
     """A parsed TOML file as checked ``{"section.key": value}``; ``allowed`` narrows the schema."""
+    sections = known_sections(allowed)
+    own = () if allowed is not None else (*OWN_TABLES, SERVER_PRESETS)
     allowed = set(SCHEMA) if allowed is None else allowed
-    sections = sorted({k.split(".")[0] for k in allowed})
     flat: dict[str, Any] = {}
     for section, body in table.items():
-        if section in OWN_TABLES:
+        if section in own:
             continue  # free-form names inside; checked by their owner (see OWN_TABLES)
         if section not in sections:
             hint = difflib.get_close_matches(section, sections, n=1)
-            raise ConfigError(f"{source}: unknown section [{section}]"
+            raise ConfigError(f"{located(source, section)}: unknown section [{section}]"
                               + (f" (did you mean [{hint[0]}]?)" if hint else f" (known: {', '.join(sections)})"))
         if not isinstance(body, dict):
-            raise ConfigError(f"{source}: {section} must be a table ([{section}]), not {_toml_type(body)}")
+            raise ConfigError(f"{located(source, section)}: {section} must be a table ([{section}]), "
+                              f"not {_toml_type(body)}")
         for name, value in body.items():
             key = f"{section}.{name}"
             if key not in allowed:
                 known = sorted(k.split(".", 1)[1] for k in allowed if k.startswith(section + "."))
                 hint = difflib.get_close_matches(name, known, n=1)
-                raise ConfigError(f"{source}: unknown key {key}"
+                raise ConfigError(f"{located(source, section, name)}: unknown key {key}"
                                   + (f" (did you mean {section}.{hint[0]}?)" if hint else
                                      f" (known in [{section}]: {', '.join(known)})"))
             flat[key] = check_value(source, key, value)
@@ -214,7 +237,9 @@ def read_toml(path: Path) -> dict:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        at = parse_error_line(str(exc))
+        where, message = (f"{path}, line {at[0]}", at[1]) if at else (str(path), str(exc))
+        raise ConfigError(f"{where}: invalid TOML: {message}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
                           "a config file is TOML, which is UTF-8: fix or remove it") from exc

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from app.settings.config import MAX_TOKENS, ConfigError, read_toml, user_config_path
+from app.settings.toml_lines import located
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,16 @@ def remembered(model_name: str, path: Path | None = None) -> Remembered:
     table = read_toml(path).get("models", {})
     body = table.get(model_name, {}) if isinstance(table, dict) else {}
     if not isinstance(body, dict):
-        raise ConfigError(f"{path}: models.{model_name} must be a table")
+        raise ConfigError(f"{located(path, 'models', model_name)}: models.{model_name} must be a table")
     thinking = body.get("thinking")
     if thinking not in (None, "on", "off", "auto"):
-        raise ConfigError(f'{path}: models."{model_name}".thinking must be "on", "off" or "auto", not {thinking!r}')
+        raise ConfigError(f'{located(path, "models", model_name, "thinking")}: models."{model_name}".thinking must '
+                          f'be "on", "off" or "auto", not {thinking!r}')
     budget = body.get("reasoning_budget")
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)
                                or not -1 <= budget <= MAX_TOKENS):
-        raise ConfigError(f'{path}: models."{model_name}".reasoning_budget must be an integer from -1 to '
+        raise ConfigError(f'{located(path, "models", model_name, "reasoning_budget")}: '
+                          f'models."{model_name}".reasoning_budget must be an integer from -1 to '
                           f'{MAX_TOKENS}, not {budget!r}')
     return Remembered({"on": True, "off": False}.get(thinking) if thinking else None, budget)
 
@@ -61,7 +64,7 @@ def remember(model_name: str, *, path: Path | None = None, **values: Any) -> Pat
     try:
         doc = tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        raise ConfigError(f"{path}, line {exc.line}: invalid TOML: {exc}") from exc
     models = doc.get("models")
     if models is None:
         models = tomlkit.table(is_super_table=True)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from app.settings.config import SCHEMA, ConfigError, check_value, flatten, read_toml, user_config_path
+from app.settings.config import (SCHEMA, SERVER_PRESETS, ConfigError, check_value, flatten, read_toml,
+                                 user_config_path)
+from app.settings.toml_lines import located
 from backends.remote import RemoteSettings
 
 API_KEY_ENV = "TOKCHAT_API_KEY"
@@ -30,28 +32,32 @@ PRESET_KEYS = ("url", "kind", "api_key", "trust_vocab", "connect_timeout", "firs
 
 def split_server_presets(table: dict, source: str) -> tuple[dict, dict[str, dict[str, Any]]]:
     """``table`` without its ``[servers.*]`` tables, and those presets checked."""
-    rest = {k: v for k, v in table.items() if k != "servers"}
-    raw = table.get("servers", {})
+    rest = {k: v for k, v in table.items() if k != SERVER_PRESETS}
+    raw = table.get(SERVER_PRESETS, {})
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: servers must be tables ([servers.NAME]), not {type(raw).__name__}")
+        raise ConfigError(f"{located(source, SERVER_PRESETS)}: servers must be tables ([servers.NAME]), "
+                          f"not {type(raw).__name__}")
     presets: dict[str, dict[str, Any]] = {}
     for name, body in raw.items():
         if not isinstance(body, dict):
-            raise ConfigError(f"{source}: servers.{name} must be a table ([servers.{name}])")
+            raise ConfigError(f"{located(source, SERVER_PRESETS, name)}: servers.{name} must be a table "
+                              f"([servers.{name}])")
         preset: dict[str, Any] = {}
         for key, value in body.items():
             if key not in PRESET_KEYS:
-                raise ConfigError(f"{source}: unknown key servers.{name}.{key} (known: {', '.join(PRESET_KEYS)})")
+                raise ConfigError(f"{located(source, SERVER_PRESETS, name, key)}: unknown key servers.{name}.{key} "
+                                  f"(known: {', '.join(PRESET_KEYS)})")
             schema_key = "model.default" if key == "model" else f"server.{key}"
-            preset[key] = check_value(f"{source} [servers.{name}]", schema_key, value) if schema_key in SCHEMA \
-                else value
+            preset[key] = check_value(source, schema_key, value, at=(SERVER_PRESETS, name, key)) \
+                if schema_key in SCHEMA else value
         if "url" not in preset:
-            raise ConfigError(f"{source}: servers.{name} needs a url")
+            raise ConfigError(f"{located(source, SERVER_PRESETS, name)}: servers.{name} needs a url")
         # an empty or schemeless url would leave no server, and the chat would quietly answer from the
         # local engine: the user named a server, so that is an error
         if not preset["url"].strip().startswith(("http://", "https://")):
             what = "is empty" if not preset["url"].strip() else f"is {preset['url']!r}, not an http(s):// URL"
-            raise ConfigError(f"{source}: servers.{name}.url {what}: give http://HOST:PORT or https://HOST:PORT")
+            raise ConfigError(f"{located(source, SERVER_PRESETS, name, 'url')}: servers.{name}.url {what}: "
+                              "give http://HOST:PORT or https://HOST:PORT")
         presets[name] = preset
     return rest, presets
 
@@ -81,6 +87,13 @@ def server_values(values: dict[str, Any], sources: dict[str, str],
             elif key == "url" or not sources.get(f"server.{key}", "").startswith("--"):
                 merged[key] = value
     return merged, model
+
+
+def masked_key(key: str) -> str:
+    """An API key as ``tokchat config show`` prints it: ``sk-…abcd`` (a short key: ``********``; none: "")."""
+    if not key:
+        return ""
+    return f"{key[:3]}…{key[-4:]}" if len(key) >= 12 else "********"
 
 
 def remote_settings(server: dict[str, Any], api_key_from_flag: bool) -> RemoteSettings | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.settings.config import ConfigError
+from app.settings.toml_lines import located
 
 _SERVER_KEYS = {"command": str, "args": list, "env": dict, "cwd": str, "url": str, "headers": dict}
 
@@ -90,20 +91,22 @@ def parse_servers(source: str, table: Any) -> dict[str, ServerConfig]:
     if not table:
         return {}
     if not isinstance(table, dict) or set(table) - {"servers"}:
-        raise ConfigError(f"{source}: [mcp] holds only [mcp.servers.NAME] tables")
+        extra = sorted(set(table) - {"servers"}) if isinstance(table, dict) else []
+        raise ConfigError(f"{located(source, 'mcp', *extra[:1])}: [mcp] holds only [mcp.servers.NAME] tables")
     servers = table.get("servers", {})
     if not isinstance(servers, dict):
-        raise ConfigError(f"{source}: mcp.servers must be tables ([mcp.servers.NAME])")
+        raise ConfigError(f"{located(source, 'mcp', 'servers')}: mcp.servers must be tables ([mcp.servers.NAME])")
     out: dict[str, ServerConfig] = {}
     for name, body in servers.items():
-        where = f"{source}: mcp.servers.{name}"
+        where = f"{located(source, 'mcp', 'servers', name)}: mcp.servers.{name}"
         if not isinstance(body, dict):
             raise ConfigError(f"{where} must be a table")
         for key, value in body.items():
+            at = f"{located(source, 'mcp', 'servers', name, key)}: mcp.servers.{name}"
             if key not in _SERVER_KEYS:
-                raise ConfigError(f"{where}: unknown key {key} (known: {', '.join(_SERVER_KEYS)})")
+                raise ConfigError(f"{at}: unknown key {key} (known: {', '.join(_SERVER_KEYS)})")
             if not isinstance(value, _SERVER_KEYS[key]):
-                raise ConfigError(f"{where}.{key} must be a {_SERVER_KEYS[key].__name__}")
+                raise ConfigError(f"{at}.{key} must be a {_SERVER_KEYS[key].__name__}")
         if bool(body.get("command")) == bool(body.get("url")):
             raise ConfigError(f"{where} needs either command (a stdio server) or url (streamable HTTP)")
         args, env, headers = body.get("args", []), body.get("env", {}), body.get("headers", {})

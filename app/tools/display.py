@@ -52,7 +52,8 @@ def tools_table(hub: Any, names: list[str], failures: dict[str, str],
     total = 0
     for name in names:
         if name in failures:
-            lines.append(f"{name}: not available: {printable(failures[name])}")
+            reason = failures[name].removeprefix(f"MCP server {name}: ")  # the line starts with the name already
+            lines.append(f"{name}: not available: {printable(reason)}")
             continue
         tools = hub.tools([name])
         config = hub.configs[name]

@@ -14,6 +14,10 @@ a timeout.
 * a server that fails to start, dies, or times out is reported in one line
   (:attr:`McpHub.failures`) and the others go on; a server that died is
   started again on its next call;
+* a stdio server that prints something other than JSON-RPC on stdout (a banner,
+  a debug print) is named for it in that line; the SDK's own log of it (a
+  pydantic traceback per line) is kept off the terminal, as are asyncio's
+  warnings about a start that was given up;
 * a tool that hangs is abandoned after ``call_timeout_s``; its error comes
   back as the result.
 
@@ -35,6 +39,8 @@ from app.tools.schemas import function_tool
 
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
+#: after a server's stdout fault: what the fix is
+_STDOUT_HINT = "; an MCP stdio server writes only protocol messages there, its logs to stderr"
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,14 @@ class _Server:
         self.stop: asyncio.Event | None = None
         self.task: asyncio.Task | None = None
         self.errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        #: the first thing it printed on stdout that is not a JSON-RPC message, in words
+        self.stdout_fault = ""
+
+    async def on_transport_error(self, message: Any) -> None:
+        """The client's message handler: notifications pass, the transport's exceptions (a line on stdout
+        that is not JSON-RPC) are kept for the failure line instead of only being logged by the SDK."""
+        if isinstance(message, Exception) and not self.stdout_fault:
+            self.stdout_fault = _stdout_fault(message)
 
     def last_log_line(self) -> str:
         try:
@@ -84,6 +98,7 @@ class McpHub:
 
     def __init__(self, servers: Iterable[ServerConfig], *, start_timeout_s: float = START_TIMEOUT_S,
                  call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+        _quiet_sdk_log()
         self.configs = {s.name: s for s in servers}
         self.start_timeout_s = start_timeout_s
         self.call_timeout_s = call_timeout_s
@@ -177,11 +192,15 @@ class McpHub:
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.start_timeout_s)
         except asyncio.TimeoutError:
+            ready.cancel()  # nobody waits any more: the task's end must not set an exception no one reads
             server.stop.set()
             server.task.cancel()
-            self.failures[name] = f"MCP server {name}: did not start within {self.start_timeout_s:g} s"
+            fault = f"; it {server.stdout_fault}{_STDOUT_HINT}" if server.stdout_fault else ""
+            self.failures[name] = f"MCP server {name}: did not start within {self.start_timeout_s:g} s{fault}"
         except Exception as exc:  # noqa: BLE001 - any failure of one server is reported, never raised
-            self.failures[name] = f"MCP server {name}: {_reason(exc, server)}"
+            fault = (f"{server.stdout_fault} ({_reason(exc, server)}){_STDOUT_HINT}" if server.stdout_fault
+                     else _reason(exc, server))
+            self.failures[name] = f"MCP server {name}: {fault}"
             server.client = None
         else:
             self.failures.pop(name, None)
@@ -191,7 +210,8 @@ class McpHub:
         from mcp import Client
 
         try:
-            async with Client(self._transport(server), mode="auto") as client:
+            async with Client(self._transport(server), mode="auto", message_handler=server.on_transport_error) \
+                    as client:
                 listing = await client.list_tools()
                 server.tools = [_tool_info(server.config.name, t) for t in listing.tools]
                 server.client = client
@@ -281,6 +301,34 @@ def _result_text(result: Any) -> ToolResult:
     if not parts and getattr(result, "structured_content", None) is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return ToolResult("\n".join(parts), bool(getattr(result, "is_error", False)))
+
+
+def _quiet_sdk_log() -> None:
+    """Keep the SDK's log records off the terminal: it logs a traceback for every line a server prints on
+    stdout that is not JSON-RPC, and with no handler configured Python prints them to stderr (through the
+    TUI's screen).  What they say reaches the user as the server's failure line instead."""
+    import logging
+
+    sdk = logging.getLogger("mcp")
+    if not any(isinstance(h, logging.NullHandler) for h in sdk.handlers):
+        sdk.addHandler(logging.NullHandler())
+    sdk.propagate = False
+
+
+def _stdout_fault(exc: Exception) -> str:
+    """What a server's line on stdout was, when the SDK could not read it as JSON-RPC (pydantic says why)."""
+    errors = getattr(exc, "errors", None)
+    try:
+        first = errors()[0] if callable(errors) else None
+    except (TypeError, IndexError, ValueError):
+        first = None
+    if not isinstance(first, dict):
+        return f"sent something the client could not read ({_reason(exc)})"
+    shown = first.get("input")
+    shown = shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False, default=str)
+    shown = " ".join(shown.split())
+    shown = shown if len(shown) <= 80 else shown[:79] + "…"
+    return f"printed something other than JSON-RPC on stdout: {shown!r}"
 
 
 def _reason(exc: BaseException, server: _Server | None = None) -> str:

@@ -61,14 +61,18 @@ class ChatHistory:
     def _make_recorder(self) -> Any:
         from dataclasses import asdict
 
+        from app.history.model_identity import vocabulary_fingerprint
         from app.history.recorder import HistoryRecorder
 
         chat = self.host.chat
         # the session is what is sent: its system prompt and sampling are what a new conversation stores
-        return HistoryRecorder.from_options(
+        recorder = HistoryRecorder.from_options(
             self.host.options, store=self._store_arg, model_path=chat.model_path,
             model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
             system=chat.session.system_prompt, sampling=asdict(chat.session.sampling))
+        # the vocabulary its ids belong to, as headless stores it: a --resume with another one is refused
+        recorder.set_vocabulary(vocabulary_fingerprint(chat.tokenizer))
+        return recorder
 
     def model_ready(self) -> None:
         """A model loaded: record with it; after ``/model`` the same conversation goes on."""
@@ -80,6 +84,7 @@ class ChatHistory:
             chat = self.host.chat  # /model: the conversation goes on with this model, template and sampling
             self.recorder.update(model=str(chat.model_path), model_name=chat.info.model_name or chat.model_path.stem,
                                  template=chat.template.name, sampling=chat.session.sampling)
+            self.recorder.store_vocabulary()  # the switch is recorded, as headless --switch-model records it
         if old is not None:
             old.close()
 

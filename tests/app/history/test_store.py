@@ -339,7 +339,8 @@ def test_read_only_directory_is_one_line_and_the_chat_goes_on(tmp_path):
     assert result["error"].startswith(f"history database {locked / 'h.sqlite3'}: ")
     assert "\n" not in result["error"]
     first, second = result["notices"]
-    assert first == f"history is off for this chat: {result['error']}" and second is None
+    assert first == f"history is off for this chat: {result['error']}; the history recorded so far is kept"
+    assert second is None
 
 
 _FULL_DISK = """
@@ -390,7 +391,8 @@ def test_notify_hears_about_a_failed_history_once(tmp_path):
         recorder.on_event(ReplyEvent("content", "hello"))
         recorder.on_reply(ChatMessage("assistant", "hello", finish_reason="stop"))
     recorder.close()
-    assert heard == [f"history is off for this chat: cannot create the history directory {blocker}: a file of that name is in the way"]
+    assert heard == [f"history is off for this chat: cannot create the history directory {blocker}: a file of that "
+                     "name is in the way; the history recorded so far is kept"]
     assert recorder.take_notice() is None and not recorder.enabled
 
 

@@ -84,23 +84,23 @@ def test_no_history_flag_and_model_from_config(config_dir, qwen_path):
     assert options.model_path == qwen_path
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[sampling]\ntemprature = 0.5\n", "unknown key sampling.temprature (did you mean sampling.temperature?)"),
-    ("[sampling]\ntemperature = \"hot\"\n", "sampling.temperature must be a number, not a string ('hot')"),
-    ("[sampling]\ntop_k = 2.5\n", "sampling.top_k must be an integer, not a float (2.5)"),
-    ("[history]\nenabled = 1\n", "history.enabled must be true or false, not an integer (1)"),
-    ("[model]\ndirs = \"/models\"\n", "model.dirs must be an array of strings, not a string ('/models')"),
-    ("[model]\nbackend = \"gpu\"\n", "model.backend must be one of 'auto', 'cpu', 'cuda'"),
-    ("[sampling]\ntemperature = -1\n", "sampling.temperature must be at least 0, not -1"),
-    ("[sampler]\ntemperature = 1\n", "unknown section [sampler] (did you mean [sampling]?)"),
-    ("temperature = 1\n", "unknown section [temperature]"),
-    ("[chat\n", "invalid TOML"),
+@pytest.mark.parametrize("text, line, message", [
+    ("[sampling]\ntemprature = 0.5\n", 2, "unknown key sampling.temprature (did you mean sampling.temperature?)"),
+    ("[sampling]\ntemperature = \"hot\"\n", 2, "sampling.temperature must be a number, not a string ('hot')"),
+    ("[sampling]\ntop_k = 2.5\n", 2, "sampling.top_k must be an integer, not a float (2.5)"),
+    ("[history]\nenabled = 1\n", 2, "history.enabled must be true or false, not an integer (1)"),
+    ("[model]\ndirs = \"/models\"\n", 2, "model.dirs must be an array of strings, not a string ('/models')"),
+    ("[model]\nbackend = \"gpu\"\n", 2, "model.backend must be one of 'auto', 'cpu', 'cuda'"),
+    ("[sampling]\ntemperature = -1\n", 2, "sampling.temperature must be at least 0, not -1"),
+    ("[sampler]\ntemperature = 1\n", 1, "unknown section [sampler] (did you mean [sampling]?)"),
+    ("temperature = 1\n", 1, "unknown section [temperature]"),
+    ("[chat\n", 1, "invalid TOML"),
 ])
-def test_errors_name_the_file_the_key_and_the_expected_type(config_dir, text, message):
+def test_errors_name_the_file_the_line_the_key_and_the_expected_type(config_dir, text, line, message):
     path = write_config(config_dir, text)
     with pytest.raises(ConfigError) as info:
         load_settings(use_preset=False)
-    assert str(info.value).startswith(f"{path}: ")
+    assert str(info.value).startswith(f"{path}, line {line}: ")
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -142,7 +142,7 @@ def test_a_preset_may_not_set_everything(config_dir, smollm_path):
     (config_dir / "models").mkdir(parents=True)
     bad = config_dir / "models" / "smollm2.toml"
     bad.write_text('[match]\narchitectures = ["llama"]\n[history]\nenabled = false\n')
-    with pytest.raises(ConfigError, match=f"{re.escape(str(bad))}: unknown section \\[history\\]"):
+    with pytest.raises(ConfigError, match=f"{re.escape(str(bad))}, line 3: unknown section \\[history\\]"):
         load_settings(args("--model", str(smollm_path)))
 
 
@@ -175,7 +175,7 @@ def test_config_commands(config_dir, smollm_path):
     user_config_path().write_text('[ui]\ntheme = 3\n')
     broken = _tokchat("config", "show", config_dir=config_dir)
     assert broken.returncode == 2
-    assert broken.stderr == f"tokchat: {user_config_path()}: ui.theme must be a string, not an integer (3)\n"
+    assert broken.stderr == f"tokchat: {user_config_path()}, line 2: ui.theme must be a string, not an integer (3)\n"
 
 
 def test_config_show_lists_per_model_memory_and_applies_it_to_the_model_shown(config_dir, smollm_path):

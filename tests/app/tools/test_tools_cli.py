@@ -75,7 +75,7 @@ def test_tokchat_tools_lists_servers_and_costs(tmp_path, monkeypatch, capsys, sm
         schema = next(t for t in hub.tools() if t.name == "add").schema()
     expected = len(load_tokenizer(smollm_path).encode(json.dumps(schema, ensure_ascii=False)))
     assert f"{expected} tokens" in add
-    assert any(line.startswith("broken: not available: MCP server broken: command not found") for line in shown)
+    assert any(line.startswith("broken: not available: command not found") for line in shown)
 
 
 def test_a_bad_server_table_is_one_line(tmp_path, monkeypatch, capsys):

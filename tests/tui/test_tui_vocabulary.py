@@ -1,0 +1,81 @@
+"""A conversation started in the TUI stores its vocabulary's fingerprint, as a headless one does (issue 34).
+
+Without it, ``--resume`` of a TUI conversation against another model (a server restarted with
+another model, a ``--model`` of another vocabulary) went on silently: the old replies re-encoded
+into ids of another vocabulary.  Real parts: the real app on SmolLM2 (llama.cpp, CPU) driven by
+Pilot, the real SQLite history, and a real headless ``python -m app`` process resuming it.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from process_env import child_env
+from tui_helpers import SIZE, send, wait_loaded, wait_reply
+
+from app.history.model_identity import SETTINGS_KEY, vocabulary_fingerprint
+from app.history.store import ChatStore
+from app.settings.options import ChatOptions
+from app.tui.app import ChatApp
+from backends.base import SamplingParams
+from tokenizer import load_tokenizer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_a_tui_conversation_stores_its_vocabulary_and_a_resume_with_another_is_refused(
+        smollm_path, qwen_path, tmp_path):
+    env = child_env(tmp_path)
+    db = Path(env["TOKCHAT_DATA_DIR"]) / "history.sqlite3"  # where the headless run below looks
+    db.parent.mkdir(parents=True)
+    options = ChatOptions(model=str(smollm_path), backend="cpu", ctx=1024,
+                          sampling=SamplingParams(temperature=0.0, max_tokens=4, seed=1))
+    with ChatStore(db) as store:
+        app = ChatApp(options, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(pilot)
+            assert app.chat is not None
+            await send(pilot, "Say hi")
+            await wait_reply(pilot)
+        conversation = store.load(1)
+    assert [m.role for m in conversation.messages] == ["user", "assistant"]
+    assert conversation.info.settings[SETTINGS_KEY] == vocabulary_fingerprint(load_tokenizer(smollm_path))
+
+    done = subprocess.run([sys.executable, "-m", "app", "-m", str(qwen_path), "--resume", "1", "--prompt", "And now?",
+                           "--max-tokens", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    refusal = [line for line in done.stderr.splitlines() if "--switch-model" in line]
+    assert len(refusal) == 1 and "has another vocabulary" in refusal[0], done.stderr
+    with ChatStore(db) as store:
+        assert len(store.load(1).messages) == 2  # nothing added
+
+
+async def test_model_in_the_tui_records_the_new_vocabulary(smollm_path, qwen_path, tmp_path):
+    """``/model`` goes on with the same conversation in another vocabulary: the switch is recorded, as headless
+    ``--switch-model`` records it, so a later ``--resume`` compares against the model that wrote last."""
+    from tui_helpers import wait_for
+
+    options = ChatOptions(model=str(smollm_path), backend="cpu", ctx=1024,
+                          sampling=SamplingParams(temperature=0.0, max_tokens=4, seed=1))
+    with ChatStore(tmp_path / "history.sqlite3") as store:
+        app = ChatApp(options, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(pilot)
+            await send(pilot, "Say hi")
+            await wait_reply(pilot)
+            before = store.load(1).info.settings
+            await send(pilot, f"/model {qwen_path}")
+            await wait_for(pilot, lambda: app.chat is not None and app.chat.model_path == qwen_path, 120,
+                           what="the second model")
+            await wait_loaded(pilot)
+        after = store.load(1).info.settings
+    assert before[SETTINGS_KEY] == vocabulary_fingerprint(load_tokenizer(smollm_path))
+    assert after[SETTINGS_KEY] == vocabulary_fingerprint(load_tokenizer(qwen_path))
+    assert after["preset"] == "qwen2.5" and before["preset"] is None  # the settings it now goes on with
+    assert {k: v for k, v in after.items() if k not in (SETTINGS_KEY, "preset")} == \
+        {k: v for k, v in before.items() if k not in (SETTINGS_KEY, "preset")}
