@@ -19,6 +19,22 @@ from assets import asset_path  # noqa: E402
 _SUITE_STARTED = time.monotonic()
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist each worker gets a core of its own, and so do the engines it starts.
+
+    llama.cpp sizes its threads to the CPUs a process may run on
+    (``backends.cpu.available_cpus`` reads the affinity mask, which children
+    inherit), and its threads spin at every barrier: two workers each running
+    a 2-thread engine on a 2-core machine would stall each other.  Pinned, a
+    worker's engine runs 1 thread on its own core while the other worker's
+    Python (a TUI test, a CLI child) runs on the other.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """Set-up and suite times in every run's summary (``dev.py test`` passes its set-up seconds), so drift shows."""
     setup = os.environ.get("TOKCHAT_SETUP_SECONDS")

@@ -98,10 +98,6 @@ class BranchTree:
         fork = self.forks.get(at)
         return (fork.shown + 1, len(fork.alternatives)) if fork else None
 
-    def fork_of(self, index: int) -> int | None:
-        """The fork a message at ``index`` of the path heads (its own position), if any."""
-        return index if index in self.forks else None
-
     def last_fork(self) -> int | None:
         return max(self.forks) if self.forks else None
 

@@ -101,7 +101,7 @@ def from_dict(data: Any, source: str = "import") -> Conversation:
         raise ImportFormatError(f"{source}: not a tokchat conversation export (no \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
         raise ImportFormatError(f"{source}: export version {data.get('version')!r}; this tokchat reads {VERSION}")
-    text, num, opt_num = (str,), (int, float), (int, float, type(None))
+    text, num = (str,), (int, float)
     info = ConversationInfo(
         id=0, title=_need(data, "title", text, source), model_path=_need(data, "model_path", text, source),
         model_name=_need(data, "model_name", text, source), template=_need(data, "template", text, source),

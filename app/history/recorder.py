@@ -299,11 +299,6 @@ class HistoryRecorder:
             self.tip_id = stored.messages[-1].id if stored.messages else None
         return new_id
 
-    @property
-    def reply_open(self) -> bool:
-        """A reply has been started (``on_event``) and not committed yet."""
-        return self._reply_id is not None
-
     def close_reply(self, finish_reason: str = "interrupted") -> None:
         """Commit a reply still open with the text received so far."""
         if self._reply_id is None:

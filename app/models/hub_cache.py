@@ -93,12 +93,6 @@ def cached_model(ref: HubRef, cache: Path, memory: int | None = None) -> Path | 
     return snapshot / gguf.path
 
 
-def partial_bytes(cache: Path, repo_id: str, sha256: str) -> int:
-    """Bytes of an interrupted download kept for resuming (0 when none)."""
-    partial = storage_dir(cache, repo_id) / "blobs" / (sha256 + PARTIAL_SUFFIX)
-    return partial.stat().st_size if partial.is_file() else 0
-
-
 @dataclass
 class Removal:
     """What :func:`remove_model` deleted."""

@@ -18,8 +18,10 @@ from typing import Any, Callable, Iterable, Iterator
 class Drained:
     """Everything the UI takes from the buffer in one go, in the order it must apply it.
 
-    ``chunks`` is a list of ``(kind, text)`` with consecutive events of the
-    same kind joined (kind: ``reasoning`` | ``content`` | ``notice``);
+    ``chunks`` is a list of ``(kind, payload)`` in arrival order: streamed text
+    (``reasoning`` | ``content`` | ``tool_call_delta``, consecutive events of
+    one kind joined; each ``notice`` apart) as a string, and the tool loop's
+    ``tool_call`` | ``tool_result`` | ``tool_message`` as the event itself;
     ``done`` is the final event (``done`` or ``error``) if it has arrived;
     ``finished`` says the worker thread has ended.
     """
