@@ -1,7 +1,8 @@
 """The backend contract: token ids in, token ids out.
 
 A backend never sees text.  It loads a model file, takes the prompt as ids
-and yields generated ids one at a time.  Heavy engines (llama.cpp, OpenVINO,
+and returns a :class:`Generation`: the generated ids one at a time, and the
+engine's facts about that reply beside them.  Heavy engines (llama.cpp, OpenVINO,
 MLX) are imported inside ``load`` so that tokchat starts, and its tests run,
 where an engine is missing.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Collection, Generator, Protocol, Sequence, runtime_checkable
 
 
 class BackendError(RuntimeError):
@@ -136,9 +137,10 @@ class BackendInfo:
 class PromptProgress:
     """How far an engine got evaluating a prompt: ``done`` of ``total`` new ids since ``started``.
 
-    Backends that evaluate a long prompt in chunks keep the latest one in an
-    optional ``prompt_progress`` attribute (read with ``getattr``: the
-    Protocol does not require it); the TUI shows it while it waits.
+    An engine that evaluates a long prompt in chunks puts the latest one in
+    its generation's :attr:`GenerationStats.progress` (the TUI polls it while
+    it waits) and hands it to ``generate``'s ``on_progress`` (the engine
+    process forwards it down its pipe).
     """
 
     done: int
@@ -160,10 +162,10 @@ class PromptProgress:
 class DraftCounts:
     """Speculative decoding's work in one reply: ids proposed by the drafter, and how many the model kept.
 
-    A backend that speculates keeps the latest reply's counts in an optional
-    ``last_draft_counts`` attribute (read with ``getattr``, like
-    ``prompt_progress``; None when it did not speculate).  Every id it emits
-    is counted in the reply as usual: ``accepted`` ids are a subset of them.
+    A backend that speculates keeps them current in its generation's
+    :attr:`GenerationStats.draft` (None when it did not speculate).  Every id
+    it emits is counted in the reply as usual: ``accepted`` ids are a subset
+    of them.
     """
 
     drafted: int
@@ -175,26 +177,116 @@ class DraftCounts:
         return self.accepted / self.drafted if self.drafted else 0.0
 
 
+#: ``generate``'s optional listener: called with every new PromptProgress, on the engine's thread
+ProgressListener = Callable[[PromptProgress], None]
+
+
+@dataclass
+class GenerationStats:
+    """What the engine says about one generation, filled in as it goes.
+
+    One object per :meth:`Backend.generate` call, made before its first id,
+    so a reader (the session's accounting, the TUI's progress line, the
+    engine process's pipe) reads this reply's facts and never the last
+    one's.  The engine writes it on its own thread, each field replaced
+    whole (its :class:`Generation` adds the finish reason the ids show); a
+    new per-reply fact is a field here, set by the engine that knows it and
+    read by the one place that shows it.
+    """
+
+    #: prompt ids the engine evaluated for this reply (the rest came from its cache)
+    prompt_evaluated: int = 0
+    #: how far the prompt evaluation got; None before the engine's first report (or from one that sends none)
+    progress: PromptProgress | None = None
+    #: drafted and kept ids so far, made current before each id is emitted; None when it does not speculate
+    draft: DraftCounts | None = None
+    #: False when the ids received differ from the engine's own count (a server's): the turn is "unverified"
+    verified: bool = True
+    #: why ``verified`` is False, or how it was kept True (ids the stream held back, fetched again); "" = nothing
+    note: str = ""
+    #: the engine's own count of the ids it generated, where it keeps one apart from the ids (a server's)
+    counted: int | None = None
+    #: the engine's own measured generation speed in ids/s, where it measures one (a server's timings)
+    tokens_per_s: float | None = None
+    #: one line for the user about this reply (an engine found dead and started again for it); "" = none
+    notice: str = ""
+    #: "stop" (a stop id or the engine's end of reply), "length" (max_tokens or a full context),
+    #: "cancelled", "error"; "" while the ids still come
+    finish_reason: str = ""
+
+
+class Generation:
+    """One reply: its ids as they come (``for tid in generation``) and the :class:`GenerationStats` beside them.
+
+    Made by the backend before the first id, around its own generator of ids.
+    The finish reason the ids themselves show is filled in here, the same way
+    for every engine: a stop id is "stop", the ``max_tokens``-th id is
+    "length", an error is "error", ids that end (or are closed) before the
+    engine said why are "cancelled".  An engine that ends a reply for a
+    reason of its own (a full context, a server's end) sets ``finish_reason``
+    before its last id is taken.
+    """
+
+    def __init__(self, ids: Generator[int, None, None], stats: GenerationStats | None = None, *,
+                 stop_ids: Collection[int] = (), max_tokens: int | None = None) -> None:
+        self.stats = stats if stats is not None else GenerationStats()
+        self._ids = ids
+        self._stops = stop_ids
+        self._left = max_tokens
+        self._count = 0
+
+    def __iter__(self) -> Generation:
+        return self
+
+    def __next__(self) -> int:
+        stats = self.stats
+        try:
+            token = next(self._ids)
+        except StopIteration:
+            if not stats.finish_reason:
+                stats.finish_reason = "cancelled"
+            raise
+        except BackendError:
+            stats.finish_reason = "error"
+            raise
+        self._count += 1
+        if not stats.finish_reason:
+            if token in self._stops:
+                stats.finish_reason = "stop"
+            elif self._left is not None and self._count >= self._left:
+                stats.finish_reason = "length"
+        return token
+
+    def close(self) -> None:
+        """Stop the engine (a caller that stops reading early); a reply not yet finished is "cancelled"."""
+        self._ids.close()
+        if not self.stats.finish_reason:
+            self.stats.finish_reason = "cancelled"
+
+
 @runtime_checkable
 class Backend(Protocol):
     """One loaded model.  ``generate`` runs the engine on one dedicated worker thread.
 
-    ``generate`` yields every generated id, including the stop id that ended
-    the reply (so the caller knows why it ended), and stops after
-    ``sampling.max_tokens`` ids or soon after :meth:`cancel`.  Passing the
-    whole conversation's ids every turn is expected: a backend reuses its
-    cache for the longest common prefix, and ``last_prompt_evaluated``
-    reports how many prompt ids it actually had to evaluate.
+    ``generate`` returns a :class:`Generation`: it yields every generated id,
+    including the stop id that ended the reply (so the caller knows why it
+    ended), and stops after ``sampling.max_tokens`` ids or soon after
+    :meth:`cancel`; its ``stats`` are the engine's facts about this reply.
+    Passing the whole conversation's ids every turn is expected: a backend
+    reuses its cache for the longest common prefix, and
+    ``stats.prompt_evaluated`` says how many prompt ids it actually had to
+    evaluate.  ``on_progress`` is called with every new
+    ``stats.progress`` (engines that report none never call it).
     """
 
     info: BackendInfo
-    last_prompt_evaluated: int
 
     def load(self, model_path: Path, options: LoadOptions) -> None: ...
 
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]: ...
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation: ...
 
     def cancel(self) -> None: ...
 

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
-from backends.base import BackendError, LoadOptions, PromptProgress, SamplingParams
+from backends.base import BackendError, GenerationStats, LoadOptions, PromptProgress, SamplingParams
 from backends.engine_wire import (
     Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, decode,
 )
@@ -125,23 +125,24 @@ class EngineHost:
         def progress(p: PromptProgress) -> None:
             send(Progress(job, p.done, p.total))
 
-        if hasattr(backend, "on_prompt_progress"):
-            backend.on_prompt_progress = progress
         self.current_job = job
         try:
-            for token in backend.generate(request.prompt, SamplingParams(**request.sampling), request.stop):
+            generation = backend.generate(request.prompt, SamplingParams(**request.sampling), request.stop,
+                                          on_progress=progress)
+            stats = generation.stats
+            for token in generation:
                 # the draft counts travel with every id: the reader may stop at a stop id
-                send(Ids(job, [int(token)], backend.last_prompt_evaluated, _draft(backend)))
+                send(Ids(job, [int(token)], stats.prompt_evaluated, _draft(stats)))
         except BackendError as exc:
             send(Failed(job, str(exc)))
             return
         finally:
             self.current_job = None
-        send(Done(job, backend.last_prompt_evaluated, _draft(backend)))
+        send(Done(job, stats.prompt_evaluated, _draft(stats), stats.finish_reason))
 
 
-def _draft(backend) -> tuple[int, int] | None:
-    counts = getattr(backend, "last_draft_counts", None)
+def _draft(stats: GenerationStats) -> tuple[int, int] | None:
+    counts = stats.draft
     return (counts.drafted, counts.accepted) if counts is not None else None
 
 

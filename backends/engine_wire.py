@@ -13,7 +13,9 @@ Answers (engine -> chat): :class:`Loaded` or :class:`LoadFailed` to a load;
 to a generation, tagged with its job: :class:`Progress` while the prompt is
 evaluated, :class:`Ids` for every generated id (with the evaluated-prompt
 count and the draft counts current at that id, since the chat stops reading
-at a stop id), then :class:`Done` or :class:`Failed`.  :class:`EngineGone` is
+at a stop id), then :class:`Done` (with the finish reason) or :class:`Failed`.
+These are the fields of the engine's :class:`backends.base.GenerationStats`,
+filled in again on the chat's side.  :class:`EngineGone` is
 never sent: the chat's reader puts it in the queue when the pipe closes, the
 one way an engine's death reaches the code waiting for an answer.
 """
@@ -87,6 +89,8 @@ class Done:
     job: int
     evaluated: int
     draft: tuple[int, int] | None = None
+    #: the engine's GenerationStats.finish_reason ("" if it gave none)
+    finish: str = ""
 
 
 @dataclass(frozen=True)

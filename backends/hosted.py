@@ -16,6 +16,11 @@ TUI and headless mode cannot tell it from the engine itself, except that:
 - ``cancel`` ends the caller's iteration at once; the engine stops at its
   next check, and its late ids are dropped by job number.
 
+The engine's facts about a reply come back in typed messages beside the ids
+(:mod:`backends.engine_wire`) and are put in the reply's
+:class:`~backends.base.GenerationStats`, the same fields the engine filled
+in its own process.
+
 While the child loads the model the parent is free (the TUI paints): the
 two no longer share one interpreter.
 """
@@ -33,7 +38,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
-from backends.base import BackendError, BackendInfo, DraftCounts, LoadOptions, PromptProgress, SamplingParams
+from backends.base import (
+    BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
+    PromptProgress, SamplingParams,
+)
 from backends.cpu import has_amx
 from backends.engine_wire import (
     Cancel, Close, Done, EngineGone, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, Request,
@@ -241,10 +249,6 @@ class HostedBackend:
         self.engine = engine
         self.device = device
         self.info = BackendInfo(backend=engine, device=device, model_name="", quantization="", context_size=0)
-        self.last_prompt_evaluated = 0
-        self.prompt_progress: PromptProgress | None = None
-        #: the engine's drafted and kept ids of the latest reply (``last_draft_counts``); None: no speculation
-        self.last_draft_counts: DraftCounts | None = None
         self.log_path: Path | None = None
         self._child: _Child | None = None
         self._model_path: Path | None = None
@@ -254,8 +258,6 @@ class HostedBackend:
         self._lock = threading.Lock()
         #: notes of restarts, kept across them
         self._restart_notes: list[str] = []
-        #: an engine found dead and started again by ``generate``, said once (:meth:`take_restart_notice`)
-        self._restart_notice: str | None = None
 
     # -- the child's life ---------------------------------------------------------------------------------
     def load(self, model_path: Path, options: LoadOptions) -> None:
@@ -333,35 +335,34 @@ class HostedBackend:
 
     # -- the Protocol -------------------------------------------------------------------------------------
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]:
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation:
+        """The engine's ids and facts as they come down the pipe; ``stats.notice`` says so when the engine
+        was found dead and this reply comes from a fresh one."""
         if self._model_path is None:
             raise BackendError("no model loaded")
+        stats = GenerationStats()
         child = self._child
         if child is not None and child.proc.poll() is not None:
             # it died while idle (nothing was asked of it): found before anything is generated, so this
             # same request is answered by a fresh engine instead of failing and costing the user a message
             crash = self._crash(child)
-            self._restart_notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} while idle and "
-                                    f"was started again (engine log: {self.log_path})")
+            stats.notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} while idle and "
+                            f"was started again (engine log: {self.log_path})")
         if self._child is None:
             self._start()  # the last engine died: a fresh one, same model and settings
-        return self._stream([int(t) for t in prompt_ids], sampling, [int(t) for t in stop_ids])
+        stops = [int(t) for t in stop_ids]
+        ids = self._stream([int(t) for t in prompt_ids], sampling, stops, stats, on_progress)
+        return Generation(ids, stats, stop_ids=frozenset(stops), max_tokens=sampling.max_tokens)
 
-    def take_restart_notice(self) -> str | None:
-        """One line when the last ``generate`` found the engine dead and started a fresh one; None after."""
-        notice, self._restart_notice = self._restart_notice, None
-        return notice
-
-    def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int],
-                retried: bool = False) -> Iterator[int]:
+    def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int], stats: GenerationStats,
+                on_progress: ProgressListener | None, retried: bool = False) -> Iterator[int]:
         with self._lock:
             self._job += 1
             job = self._job
         cancel = threading.Event()
         self._cancel = cancel
-        self.prompt_progress = None
-        self.last_draft_counts = None
         started = None
         child = self._child
         assert child is not None
@@ -381,7 +382,7 @@ class HostedBackend:
                     if shown == 0 and self._options is not None and amx_fault(child, crash.returncode, self._options):
                         self._safe_restart_options()
                         self._start()
-                        yield from self._stream(prompt, sampling, stops)
+                        yield from self._stream(prompt, sampling, stops, stats, on_progress)
                         return
                     if shown == 0 and not retried:
                         # dead before it answered anything: most likely it died while idle and was still
@@ -389,10 +390,10 @@ class HostedBackend:
                         # another thread ends is not reaped yet); a fresh engine answers this same request,
                         # once (a request that itself kills the engine then costs one line, as before)
                         when = "while evaluating the prompt" if started is not None else "while idle"
-                        self._restart_notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} "
-                                                f"{when} and was started again (engine log: {self.log_path})")
+                        stats.notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} "
+                                        f"{when} and was started again (engine log: {self.log_path})")
                         self._start()
-                        yield from self._stream(prompt, sampling, stops, retried=True)
+                        yield from self._stream(prompt, sampling, stops, stats, on_progress, retried=True)
                         return
                     raise crash
                 if getattr(answer, "job", None) != job:
@@ -400,12 +401,16 @@ class HostedBackend:
                 if isinstance(answer, Progress):
                     if started is None:
                         started = time.monotonic()
-                    self.prompt_progress = PromptProgress(answer.done, answer.total, started)
+                    stats.progress = PromptProgress(answer.done, answer.total, started)
+                    if on_progress is not None:
+                        on_progress(stats.progress)
                 elif isinstance(answer, (Ids, Done)):
-                    self.last_prompt_evaluated = answer.evaluated
+                    stats.prompt_evaluated = answer.evaluated
                     if answer.draft:
-                        self.last_draft_counts = DraftCounts(*answer.draft)
+                        stats.draft = DraftCounts(*answer.draft)
                     if isinstance(answer, Done):
+                        if answer.finish and not stats.finish_reason:
+                            stats.finish_reason = answer.finish  # the engine's own reason (a full context)
                         finished = True
                         return
                     for token in answer.ids:

@@ -3,7 +3,7 @@
 Every turn passes the whole conversation's ids; the backend keeps the
 longest common prefix of llama.cpp's KV cache and evaluates only the rest,
 ``PREFILL_CHUNK`` ids at a time, so a cancel is honoured between batches of
-a long prompt and :attr:`prompt_progress` says how far it got.  Ids are
+a long prompt and the generation's ``stats.progress`` says how far it got.  Ids are
 picked by a llama.cpp sampler chain built in :mod:`backends.llama_sampler`
 (tokchat's sampling meaning, the prompt in the penalty window).  The model
 and context are held by :class:`backends.llama_engine.LlamaEngine` with
@@ -20,8 +20,8 @@ position; the sampler chain draws the model's own id position by position
 and the step keeps the agreed prefix plus the first id of the model's own,
 dropping the rest from the KV cache.  The cache then holds exactly what the
 plain loop leaves (the prompt and every emitted id but the last), so prompt
-reuse on the next turn and ``last_prompt_evaluated`` are unchanged;
-:attr:`last_draft_counts` says how many ids were drafted and kept.
+reuse on the next turn and ``stats.prompt_evaluated`` are unchanged;
+``stats.draft`` says how many ids were drafted and kept.
 
 A draft model (``LoadOptions.draft_model``, :mod:`backends.draft_model`) loads
 in a second context beside the main one after tokchat checked that the two
@@ -36,11 +36,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Collection, Iterator, Sequence
+from typing import Callable, Collection, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, DraftCounts, LoadOptions, PromptProgress, SamplingParams, checked_prompt,
-    common_prefix_length, resolve_seed,
+    BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
+    PromptProgress, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.cpu import available_cpus, llama_default_threads
 from backends.engine_log import capture_llama_log
@@ -112,13 +112,6 @@ class LlamaCppBackend:
     def __init__(self, device: str = "CPU") -> None:
         self.device = device
         self.info = BackendInfo(backend="llama.cpp", device=device, model_name="", quantization="", context_size=0)
-        self.last_prompt_evaluated = 0
-        #: how far the prompt evaluation of the running reply got; None before the first
-        self.prompt_progress: PromptProgress | None = None
-        #: called with every new :attr:`prompt_progress` (on the engine's thread); the engine host forwards it
-        self.on_prompt_progress: Callable[[PromptProgress], None] | None = None
-        #: drafted and kept ids of the latest reply; None when it did not speculate
-        self.last_draft_counts: DraftCounts | None = None
         #: the ``speculative`` setting (backends.speculative.MODES) and the drafter's tuning
         self.speculative = "auto"
         self.drafter_config = DrafterConfig()
@@ -253,7 +246,7 @@ class LlamaCppBackend:
         plan = plan_offload(sizes, kv // blocks, free)
         return plan.n_gpu_layers, plan
 
-    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool]) -> bool:
+    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool], report: ProgressListener) -> bool:
         """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.
 
         At least the last prompt id is evaluated again: its logits pick the
@@ -268,19 +261,15 @@ class LlamaCppBackend:
         for start in range(keep, len(prompt), chunk):
             if cancelled():
                 return False
-            self._report(PromptProgress(start - keep, total, started))
+            report(PromptProgress(start - keep, total, started))
             engine.decode(prompt[start : start + chunk])
-        self._report(PromptProgress(total, total, started))
+        report(PromptProgress(total, total, started))
         return True
 
-    def _report(self, progress: PromptProgress) -> None:
-        self.prompt_progress = progress
-        if self.on_prompt_progress is not None:
-            self.on_prompt_progress(progress)
-
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]:
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation:
         if self._engine is None or self._worker is None:
             raise BackendError("no model loaded")
         self._check_model_file()
@@ -288,7 +277,12 @@ class LlamaCppBackend:
         prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)
         seed = resolve_seed(sampling)
-        self.prompt_progress = None
+        stats = GenerationStats()
+
+        def report(progress: PromptProgress) -> None:
+            stats.progress = progress
+            if on_progress is not None:
+                on_progress(progress)
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             from backends.llama_engine import LlamaEngineError
@@ -296,26 +290,27 @@ class LlamaCppBackend:
             engine = self._engine
             engine.evaluated = 0
             try:
-                prefilled = self._prefill(prompt, cancelled)
+                prefilled = self._prefill(prompt, cancelled, report)
             except LlamaEngineError as exc:
                 raise BackendError(str(exc)) from exc
-            self.last_prompt_evaluated = engine.evaluated
+            stats.prompt_evaluated = engine.evaluated
             if not prefilled:
                 return
             sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt)
             policy = AutoPolicy(self.speculative, config=self.drafter_config)
-            self._publish_counts(policy)
+            self._publish_counts(stats, policy)
             try:
-                self._decode_loop(prompt, sampling.max_tokens, stops, sampler, policy, emit, cancelled)
+                self._decode_loop(prompt, sampling.max_tokens, stops, sampler, policy, stats, emit, cancelled)
             except LlamaEngineError as exc:
                 raise BackendError(str(exc)) from exc
             finally:
                 sampler.close()
 
-        return self._worker.stream(job)
+        return Generation(self._worker.stream(job), stats, stop_ids=stops, max_tokens=sampling.max_tokens)
 
     def _decode_loop(self, prompt: list[int], max_tokens: int, stops: frozenset[int], sampler: LlamaCppSampler,
-                     policy: AutoPolicy, emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
+                     policy: AutoPolicy, stats: GenerationStats, emit: Callable[[int], None],
+                     cancelled: Callable[[], bool]) -> None:
         """Emit the reply's ids, one per step or a drafted run per step; see the module docstring.
 
         ``token`` is always the latest emitted id, not yet in the cache; a
@@ -353,7 +348,7 @@ class LlamaCppBackend:
                 emitted += 1
                 agreed = i < len(draft) and token == draft[i]
                 accepted += agreed
-                self._publish_counts(policy, len(draft), accepted)
+                self._publish_counts(stats, policy, len(draft), accepted)
                 emit(token)
                 if (not agreed or token in stops or emitted >= max_tokens or cancelled()
                         or base + i + 1 >= n_ctx):
@@ -362,6 +357,8 @@ class LlamaCppBackend:
             # the cache keeps the batch up to the id before the last emitted one, as the plain loop would
             engine.truncate(base + i + 1)
             policy.record(len(draft), accepted)
+        if not (token in stops or emitted >= max_tokens) and len(engine.tokens) >= n_ctx:
+            stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
 
     def _drafter(self, prompt: list[int]) -> "NgramDrafter | DraftSources":
         """Where drafts come from: prompt lookup, the draft model, or both (lookup first: it costs nothing)."""
@@ -373,15 +370,16 @@ class LlamaCppBackend:
         ngram = NgramDrafter(prompt, self.drafter_config) if self.speculative in ("auto", "ngram") else None
         return DraftSources(ngram, model)
 
-    def _publish_counts(self, policy: AutoPolicy, drafting: int = 0, accepted: int = 0) -> None:
-        """Make :attr:`last_draft_counts` current before an id is emitted.
+    def _publish_counts(self, stats: GenerationStats, policy: AutoPolicy, drafting: int = 0,
+                        accepted: int = 0) -> None:
+        """Make ``stats.draft`` current before an id is emitted.
 
         A reader stops at the stop id (the session closes the stream there),
         so counts set only when the loop ends would never reach it; ``drafting``
         and ``accepted`` are the batch under way, not yet in ``policy``.
         """
         if self.speculative != "off":
-            self.last_draft_counts = DraftCounts(policy.drafted + drafting, policy.accepted + accepted)
+            stats.draft = DraftCounts(policy.drafted + drafting, policy.accepted + accepted)
 
     def _check_model_file(self) -> None:
         """Refuse to run on a model file that was truncated or rewritten in place.

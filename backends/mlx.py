@@ -3,7 +3,8 @@
 One prompt cache lives as long as the model.  Each turn compares the new
 prompt with the ids the cache holds, trims the cache back to the common
 prefix (a regenerate or an edit shortens it) and feeds only the rest, in
-chunks so a cancel is honoured during a long prompt too.  On Apple Silicon
+chunks so a cancel is honoured during a long prompt too and the
+generation's ``stats.progress`` says how far it got.  On Apple Silicon
 MLX runs on the GPU (Metal); elsewhere ``mlx[cpu]`` runs on the CPU.
 
 Sampling is tokchat's chain (:mod:`backends.sampling`, the meaning set out
@@ -13,11 +14,13 @@ penalty window is its own, so the same settings would mean something else.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Callable, Collection, Iterator, Sequence
+from typing import Callable, Collection, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length,
+    BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, PromptProgress,
+    SamplingParams, checked_prompt, common_prefix_length,
 )
 from backends.model_meta import known_meta
 from backends.sampling import NumpySampler
@@ -53,7 +56,6 @@ class MLXBackend:
 
     def __init__(self) -> None:
         self.info = BackendInfo(backend="mlx", device="CPU", model_name="", quantization="", context_size=0)
-        self.last_prompt_evaluated = 0
         self._model = None
         self._cache: list | None = None
         self._cached_ids: list[int] = []  # exactly the ids whose keys/values the cache holds
@@ -135,8 +137,9 @@ class MLXBackend:
         return logits
 
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]:
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation:
         if self._model is None or self._worker is None:
             raise BackendError("no model loaded")
         n_ctx = self.info.context_size
@@ -144,6 +147,12 @@ class MLXBackend:
         stops = frozenset(stop_ids)
         max_new = min(sampling.max_tokens, n_ctx - len(prompt))
         sampler = NumpySampler(sampling)
+        stats = GenerationStats()
+
+        def report(progress: PromptProgress) -> None:
+            stats.progress = progress
+            if on_progress is not None:
+                on_progress(progress)
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             import numpy as np
@@ -152,23 +161,28 @@ class MLXBackend:
             keep = min(common_prefix_length(self._cached_ids, prompt), len(prompt) - 1)
             self._rewind(keep)
             keep = len(self._cached_ids)
-            self.last_prompt_evaluated = len(prompt) - keep
+            total = stats.prompt_evaluated = len(prompt) - keep
             logits = None
             chunk = PREFILL_CHUNK.get(self.info.device, 16)
+            started = time.monotonic()
             for start in range(keep, len(prompt), chunk):
                 if cancelled():
                     return
+                report(PromptProgress(start - keep, total, started))
                 logits = self._forward(prompt[start : start + chunk])
+            report(PromptProgress(total, total, started))
             context = list(prompt)
             for count in range(1, max_new + 1):
                 token = sampler.pick(np.asarray(logits[0]), context)
+                if count == max_new < sampling.max_tokens and token not in stops:
+                    stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
                 emit(token)
                 context.append(token)
                 if token in stops or count >= max_new or cancelled():
                     return
                 logits = self._forward([token])
 
-        return self._worker.stream(job)
+        return Generation(self._worker.stream(job), stats, stop_ids=stops, max_tokens=sampling.max_tokens)
 
     def cancel(self) -> None:
         if self._worker is not None:

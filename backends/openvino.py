@@ -15,20 +15,22 @@ sampler runs the rest: its repetition penalty counts the whole sequence
 ``repeat_last_n`` ids, and its random generator is its own
 (:data:`SAMPLING_NOTE` tells the user).
 
-``last_prompt_evaluated`` is an estimate here: OpenVINO does not report
+``stats.prompt_evaluated`` is an estimate here: OpenVINO does not report
 cached ids, so it is the prompt minus the whole KV blocks shared with the
 previous request (prompt + reply) — what the block-level prefix cache can
-reuse.  Not handled: LoRA adapters, speculative decoding, chat history
-objects (tokchat renders its own prompt).
+reuse.  The prompt is evaluated in one engine call, so there is no prompt
+progress to report.  Not handled: LoRA adapters, speculative decoding, chat
+history objects (tokchat renders its own prompt).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Collection, Iterator, Sequence
+from typing import Callable, Collection, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
+    BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, SamplingParams,
+    checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.model_meta import known_meta
 from backends.worker import GenerationWorker
@@ -134,7 +136,6 @@ class OpenVINOBackend:
 
     def __init__(self) -> None:
         self.info = BackendInfo(backend="openvino", device="CPU", model_name="", quantization="", context_size=0)
-        self.last_prompt_evaluated = 0
         self._pipe = None
         self._worker: GenerationWorker | None = None
         self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
@@ -212,8 +213,10 @@ class OpenVINOBackend:
         return cfg
 
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]:
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation:
+        """``on_progress`` is never called: OpenVINO evaluates the prompt in one call (the module docstring)."""
         if self._pipe is None or self._worker is None:
             raise BackendError("no model loaded")
         n_ctx = self.info.context_size
@@ -221,6 +224,7 @@ class OpenVINOBackend:
         max_new = min(sampling.max_tokens, n_ctx - len(prompt))
         stops = frozenset(stop_ids)
         cfg = self._config(sampling, max_new)
+        stats = GenerationStats()
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             import numpy as np
@@ -229,11 +233,13 @@ class OpenVINOBackend:
 
             if max_new <= 0:
                 return
-            self.last_prompt_evaluated = self._estimate_evaluated(prompt)
+            stats.prompt_evaluated = self._estimate_evaluated(prompt)
             reply: list[int] = []
 
             def on_id(tid: int) -> bool:
                 reply.append(tid)
+                if len(reply) == max_new < sampling.max_tokens and tid not in stops:
+                    stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
                 emit(tid)
                 return tid in stops or len(reply) >= max_new
 
@@ -244,7 +250,7 @@ class OpenVINOBackend:
             finally:
                 self._history = prompt + reply
 
-        return self._worker.stream(job)
+        return Generation(self._worker.stream(job), stats, stop_ids=stops, max_tokens=sampling.max_tokens)
 
     def cancel(self) -> None:
         if self._worker is not None:

@@ -22,10 +22,11 @@ events read line by line with a cap), the timeouts, the faults and the accountin
   sending cannot take the memory or the time (issue 34).
 * **Exact accounting.**  Every turn compares the ids received with the server's own count
   (``tokens_predicted``, ``usage.completion_tokens``, ``meta_info.completion_tokens``)
-  and our prompt length with the server's; ``last_turn_verified`` is False when they
-  differ or when an id could not be recovered, and the session marks that turn's counts
-  "unverified".  ``last_prompt_evaluated`` is the server's number (``timings.prompt_n``,
-  prompt minus ``cached_tokens``).
+  and our prompt length with the server's; the generation's ``stats.verified`` is False
+  when they differ or when an id could not be recovered (``stats.note`` says why), and the
+  session marks that turn's counts "unverified".  ``stats.prompt_evaluated`` is the
+  server's number (``timings.prompt_n``, prompt minus ``cached_tokens``); its prompt
+  progress, speculation counts, speed and finish reason go in the same stats.
 
 Not handled here: choosing the tokenizer and checking the vocabulary at connect
 (:mod:`backends.remote_connect`), TLS client certificates, HTTP/2 (httpx can, once the
@@ -43,9 +44,10 @@ from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, PromptProgress, SamplingParams, checked_prompt, resolve_seed,
+    BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, PromptProgress,
+    SamplingParams, checked_prompt, resolve_seed,
 )
-from backends.remote_protocol import Adapter, Request, ServerCounts, ServerInfo, error_message
+from backends.remote_protocol import Adapter, Request, ServerInfo, error_message
 
 #: how often the consumer re-checks cancel and its deadlines, in seconds
 _POLL_S = 0.05
@@ -185,11 +187,13 @@ def _open_stream(client: Any, request: Request, timeout: Any, trace: Any,
 class _Stream:
     """One turn's HTTP stream read on its own thread; :meth:`abort` ends it from any thread."""
 
-    def __init__(self, backend: "RemoteBackend", request: Request, parser: Any) -> None:
+    def __init__(self, backend: "RemoteBackend", request: Request, parser: Any, report: ProgressListener) -> None:
         self.events: queue.Queue = queue.Queue()  # ("ids", ids, server_count) | ("error", exc) | ("end", None)
         self._backend = backend
         self._request = request
         self.parser = parser
+        #: called on this reader thread with the server's every new prompt progress
+        self._report = report
         self._aborted = threading.Event()
         from backends.remote_http import SocketTrap
 
@@ -229,16 +233,16 @@ class _Stream:
                         raise BackendError(f"the server at {url} failed mid-reply: {error_message(event)}")
                     if not isinstance(event, dict):
                         raise BackendError(f"the server at {url} sent an event on {path} that is not a JSON object")
-                    progress_before = getattr(self.parser, "progress", None)
+                    progress_before = self.parser.counts.progress
                     try:
                         ids = self.parser.feed(event)
                     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
                         raise BackendError(f"the server at {url} sent an event on {path} that tokchat cannot "
                                            f"read ({type(exc).__name__}: {str(exc)[:120]})") from None
-                    progress = getattr(self.parser, "progress", None)
-                    if progress is not None:
+                    progress = self.parser.counts.progress
+                    if progress is not None and progress != progress_before:
                         done, total, seconds = progress
-                        backend.prompt_progress = PromptProgress(done, total, time.monotonic() - seconds)
+                        self._report(PromptProgress(done, total, time.monotonic() - seconds))
                     # an event moves the turn on when it carries ids or new prompt progress: only then does
                     # it hold off the first-token and idle deadlines (an endless run of empty events does not)
                     advanced = bool(ids) or progress != progress_before
@@ -291,15 +295,6 @@ class RemoteBackend:
         self.server: ServerInfo | None = None
         self.info = BackendInfo(backend="remote", device=adapter.kind, model_name="", quantization="",
                                 context_size=0)
-        self.last_prompt_evaluated = 0
-        #: the server's own prompt progress while it evaluates the prompt (llama-server's ``return_progress``)
-        self.prompt_progress: PromptProgress | None = None
-        #: the server's own numbers for the last turn
-        self.last_counts = ServerCounts()
-        self._last_parser: Any = None
-        #: False when the last turn's ids and the server's count disagree (see the module docstring)
-        self.last_turn_verified = True
-        self.last_turn_note = ""
         self._stream: _Stream | None = None
         self._cancel = threading.Event()
         #: the size of our tokenizer's vocabulary (set at connect): an id outside it is the server's error
@@ -377,26 +372,35 @@ class RemoteBackend:
             self.info.context_size = options.n_ctx
 
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]:
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation:
+        """The server's ids; its own counts, prompt progress (llama-server's ``return_progress``; called
+        on the stream's reader thread) and speculation numbers in ``stats``."""
         prompt = checked_prompt(prompt_ids, self.info.context_size or 1 << 30)
         seed = resolve_seed(sampling)
         self._cancel.clear()
-        return self._turn(prompt, sampling, frozenset(stop_ids), seed)
+        stats = GenerationStats()
+        stops = frozenset(stop_ids)
 
-    def _turn(self, prompt: list[int], sampling: SamplingParams, stops: frozenset[int], seed: int) -> Iterator[int]:
+        def report(progress: PromptProgress) -> None:
+            stats.progress = progress
+            if on_progress is not None:
+                on_progress(progress)
+
+        return Generation(self._turn(prompt, sampling, stops, seed, stats, report), stats,
+                          stop_ids=stops, max_tokens=sampling.max_tokens)
+
+    def _turn(self, prompt: list[int], sampling: SamplingParams, stops: frozenset[int], seed: int,
+              stats: GenerationStats, report: ProgressListener) -> Iterator[int]:
         parser = self.adapter.parser(prompt)
-        stream = _Stream(self, self.adapter.completion(prompt, sampling, stops, seed), parser)
+        stream = _Stream(self, self.adapter.completion(prompt, sampling, stops, seed), parser, report)
         self._stream = stream
-        self.prompt_progress = None
-        self.last_counts = parser.counts
-        self._last_parser = parser
-        self.last_turn_verified, self.last_turn_note = True, ""
         received: list[int] = []
         expected: int | None = None  # the server's count at the last id we passed on
         ended = False  # the server finished the reply (as opposed to us stopping it)
         stopped = False
-        started = last = time.monotonic()
+        last = time.monotonic()
         stream.start()
         try:
             while not stopped:
@@ -439,7 +443,8 @@ class RemoteBackend:
                 return  # cancel() closed the stream: its end is ours, not the server's
             if ended and parser.finished():
                 expected = parser.counts.completion_tokens
-                yield from self._recover_tail(prompt, sampling, seed, received)
+                yield from self._recover_tail(prompt, sampling, seed, received, parser.counts.completion_tokens,
+                                              stats)
                 if not received:
                     raise BackendError(f"the server at {self.settings.url} ended the reply without sending a "
                                        "single token id: is it the kind of server --server-kind says?")
@@ -448,7 +453,7 @@ class RemoteBackend:
                                    "finished; the reply so far is kept")
         finally:
             stream.abort()
-            self._account(prompt, received, expected, parser, started)
+            self._account(prompt, received, expected, parser, stats)
 
     def _check_patience(self, waited: float, received: bool) -> None:
         """One line when the server has moved nothing on for longer than the turn's deadline allows."""
@@ -458,15 +463,14 @@ class RemoteBackend:
             raise BackendError(f"the server at {self.settings.url} sent nothing for {waited:.0f} s "
                                f"while tokchat waited for {what}; the reply so far is kept")
 
-    def _recover_tail(self, prompt: list[int], sampling: SamplingParams, seed: int,
-                      received: list[int]) -> Iterator[int]:
+    def _recover_tail(self, prompt: list[int], sampling: SamplingParams, seed: int, received: list[int],
+                      total: int | None, stats: GenerationStats) -> Iterator[int]:
         """Ids the server generated but the stream never carried (a reply ending mid-character).
 
         Only llama-server holds ids back (see :mod:`backends.remote_llamacpp`); its
         non-streamed ``return_tokens`` answer for the same seeded turn has them all.
         They are used only when that answer starts with the ids already shown.
         """
-        total = self.last_counts.completion_tokens
         recovery = getattr(self.adapter, "recovery", None)
         if total is None or total <= len(received) or recovery is None:
             return
@@ -475,20 +479,24 @@ class RemoteBackend:
         if len(ids) != total or ids[: len(received)] != received:
             return  # the accounting marks the turn unverified
         tail = ids[len(received):]
-        self.last_turn_note = f"{len(tail)} id(s) the stream held back were fetched again without streaming"
+        stats.note = f"{len(tail)} id(s) the stream held back were fetched again without streaming"
         for token in tail:
             received.append(token)
             yield token
 
     def _account(self, prompt: list[int], received: list[int], expected: int | None, parser: Any,
-                 started: float) -> None:
+                 stats: GenerationStats) -> None:
+        """The server's own numbers for this turn into ``stats``, checked against what was received."""
         counts = parser.counts
         if counts.evaluated_tokens is not None:
-            self.last_prompt_evaluated = counts.evaluated_tokens
+            stats.prompt_evaluated = counts.evaluated_tokens
         elif counts.cached_tokens is not None:
-            self.last_prompt_evaluated = len(prompt) - counts.cached_tokens
+            stats.prompt_evaluated = len(prompt) - counts.cached_tokens
         else:
-            self.last_prompt_evaluated = len(prompt)
+            stats.prompt_evaluated = len(prompt)
+        stats.draft, stats.counted, stats.tokens_per_s = counts.draft, counts.completion_tokens, counts.tokens_per_s
+        if counts.finish and not stats.finish_reason and not self._cancel.is_set():
+            stats.finish_reason = counts.finish
         problems = []
         if expected is not None and expected != len(received):
             problems.append(f"the server counted {expected} generated ids, tokchat received {len(received)}")
@@ -499,13 +507,8 @@ class RemoteBackend:
         if received and expected is None:
             problems.append("the server reported no count to check against")
         if problems:
-            self.last_turn_verified = False
-            self.last_turn_note = "; ".join(problems)
-
-    @property
-    def last_draft_counts(self) -> Any:
-        """The server's own speculation numbers for the last turn (a DraftCounts), None when it sent none."""
-        return getattr(self._last_parser, "draft_counts", None)
+            stats.verified = False
+            stats.note = "; ".join(problems)
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -120,10 +120,6 @@ class LlamaCppStream:
         self.position = 0  # the server's count of generated ids up to the last id it sent
         self._held_back = held_back
         self._done = False
-        #: the server's latest prompt progress: (evaluated, to evaluate, seconds since it began), cache excluded
-        self.progress: tuple[int, int, float] | None = None
-        #: the server's own speculation numbers (``timings.draft_n`` / ``draft_n_accepted``); None when it reports none
-        self.draft_counts: DraftCounts | None = None
 
     def feed(self, event: dict[str, Any]) -> list[int]:
         counts = self.counts
@@ -131,8 +127,8 @@ class LlamaCppStream:
         if isinstance(progress, dict) and "total" in progress:
             # llama-server's own report: processed/total include the reused cache, the timed part excludes it
             cache = int(progress.get("cache", 0))
-            self.progress = (int(progress.get("processed", 0)) - cache, int(progress["total"]) - cache,
-                             float(progress.get("time_ms", 0.0)) / 1000.0)
+            counts.progress = (int(progress.get("processed", 0)) - cache, int(progress["total"]) - cache,
+                               float(progress.get("time_ms", 0.0)) / 1000.0)
             return []  # a progress event's ``tokens`` is a placeholder ([0]), not a generated id
         if "tokens_evaluated" in event:
             counts.prompt_tokens = int(event["tokens_evaluated"])
@@ -144,7 +140,7 @@ class LlamaCppStream:
         if timings.get("predicted_per_second"):
             counts.tokens_per_s = float(timings["predicted_per_second"])
         if "draft_n" in timings:  # only a server started with --spec-type or a draft model sends them
-            self.draft_counts = DraftCounts(int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0)))
+            counts.draft = DraftCounts(int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0)))
         ids = [int(t) for t in event.get("tokens") or []]
         predicted = event.get("tokens_predicted")
         if predicted is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Protocol, Sequence
 
-from backends.base import SamplingParams
+from backends.base import DraftCounts, SamplingParams
 
 #: the server kinds tokchat speaks to
 SERVER_KINDS = ("llamacpp", "vllm", "sglang")
@@ -31,6 +31,10 @@ class ServerCounts:
     completion_tokens: int | None = None  # ids it generated so far (the stop id included)
     finish: str | None = None  # stop | length | error, once it says the reply ended
     tokens_per_s: float | None = None  # its own measured generation speed
+    #: its latest prompt progress: (evaluated, to evaluate, seconds since it began), its cache excluded
+    progress: tuple[int, int, float] | None = None
+    #: its own speculation numbers (a server started with a drafter)
+    draft: DraftCounts | None = None
 
 
 @dataclass

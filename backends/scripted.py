@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Callable, Collection, Iterator, Sequence
 
 from backends.base import (
-    BackendError, BackendInfo, LoadOptions, SamplingParams, common_prefix_length,
+    BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, SamplingParams,
+    common_prefix_length,
 )
 
 #: reply ids for a prompt: a fixed list, or a function of the prompt ids
@@ -37,7 +38,6 @@ class ScriptedBackend:
             backend="scripted", device="CPU", model_name="scripted", quantization="none",
             context_size=context_size,
         )
-        self.last_prompt_evaluated = 0
         self._cancel = threading.Event()
         self._cached: list[int] = []
 
@@ -46,16 +46,24 @@ class ScriptedBackend:
             self.info.context_size = options.n_ctx
 
     def generate(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int]
-    ) -> Iterator[int]:
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int],
+        on_progress: ProgressListener | None = None,
+    ) -> Generation:
+        """The script's reply; it reports no prompt progress (``on_progress`` is never called)."""
         self._cancel.clear()
-        common = common_prefix_length(self._cached, prompt_ids)
-        self.last_prompt_evaluated = len(prompt_ids) - common
+        stats = GenerationStats(prompt_evaluated=len(prompt_ids) - common_prefix_length(self._cached, prompt_ids))
+        return Generation(self._replay(list(prompt_ids), sampling, stop_ids, stats), stats,
+                          stop_ids=stop_ids, max_tokens=sampling.max_tokens)
+
+    def _replay(self, prompt_ids: list[int], sampling: SamplingParams, stop_ids: Collection[int],
+                stats: GenerationStats) -> Iterator[int]:
         reply = list(self.script(prompt_ids) if callable(self.script) else self.script)
         self._cached = list(prompt_ids)
         for n, token in enumerate(reply[: sampling.max_tokens]):
             if self._cancel.is_set():
                 return
+            if n == len(reply) - 1:
+                stats.finish_reason = "stop"  # the script's end is the reply's end, as a model's end of text
             if self.fail_after is not None and n >= self.fail_after:
                 raise BackendError("scripted fault: the engine stopped mid-reply")
             if self.delay_s:

@@ -51,10 +51,12 @@ def load(engine: str, path: Path):
 
 
 def timed(backend, ids, sampling, stops) -> tuple[list[int], float, float]:
-    """(reply ids, ttft seconds, decode tokens/s after the first id)."""
+    """(reply ids, ttft seconds, decode tokens/s after the first id); the engine's stats in ``timed.stats``."""
     start = time.perf_counter()
     out, first, last = [], None, None
-    for token in backend.generate(ids, sampling, stops):
+    generation = backend.generate(ids, sampling, stops)
+    timed.stats = generation.stats
+    for token in generation:
         last = time.perf_counter()
         first = first or last
         out.append(token)
@@ -93,7 +95,7 @@ def conversation(backend, vocab, turns: int, naive: bool, reset) -> list[tuple[i
         if naive:
             reset(backend)
         reply, ttft, _ = timed(backend, prompt, sampling, {eos})
-        out.append((len(prompt), backend.last_prompt_evaluated, ttft))
+        out.append((len(prompt), timed.stats.prompt_evaluated, ttft))
         if reply[-1] != eos:
             reply.append(eos)
         history = prompt + reply + vocab.tokenize(b"\n", add_bos=False)

@@ -61,12 +61,13 @@ def main() -> None:
         started = time.monotonic()
         first_at = None
         by_text = []
-        for token in backend.generate(text_ids, SamplingParams(temperature=0.0, max_tokens=args.more),
-                                      session.stop_ids):
+        generation = backend.generate(text_ids, SamplingParams(temperature=0.0, max_tokens=args.more),
+                                      session.stop_ids)
+        for token in generation:
             first_at = first_at or time.monotonic()
             by_text.append(token)
         cold_ttft = (first_at or time.monotonic()) - started
-        cold_evaluated = backend.last_prompt_evaluated
+        cold_evaluated = generation.stats.prompt_evaluated
     finally:
         backend.close()
     load = os.getloadavg()[0]

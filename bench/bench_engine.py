@@ -113,13 +113,14 @@ def local_round(backend, prompt: list[int], n: int) -> tuple[float, float]:
     started = time.perf_counter()
     first = last = None
     count = 0
-    for _ in backend.generate(prompt, sampling, set()):
+    generation = backend.generate(prompt, sampling, set())
+    for _ in generation:
         now = time.perf_counter()
         first = first or now
         last = now
         count += 1
     assert first is not None and last is not None and count == n
-    return (count - 1) / (last - first), backend.last_prompt_evaluated / (first - started)
+    return (count - 1) / (last - first), generation.stats.prompt_evaluated / (first - started)
 
 
 def server_round(url: str, prompt: list[int], n: int) -> tuple[float, float]:

@@ -86,7 +86,7 @@ def main() -> int:
             for question in QUESTIONS[: args.turns]:
                 rows["local"].append(turn(local, question))
                 rows["remote"].append(turn(remote, question))
-                server_speed.append(remote.backend.last_counts.tokens_per_s or 0.0)
+                server_speed.append(remote.generation_stats.tokens_per_s or 0.0)  # the server's own timing
             local.backend.close()
             remote.backend.close()
         finally:

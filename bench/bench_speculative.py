@@ -19,7 +19,7 @@ ignored, as ``bench_engine.py`` does, so every engine emits the same count):
 
 tok/s is the generation speed after the first id (the server's own
 ``timings.predicted_per_second``; ours from the ids' arrival times), drafted /
-accepted are each engine's own counts (``last_draft_counts``; the server's
+accepted are each engine's own counts (its generation's ``stats.draft``; the server's
 ``timings.draft_n`` / ``draft_n_accepted``).  Rounds rotate the engines' order;
 the table shows medians.  "same ids" says whether each speculating engine's
 reply equals its own engine without speculation (llama.cpp's batched kernel
@@ -75,13 +75,14 @@ def local_round(backend, prompt: list[int], n: int) -> tuple[float, tuple[int, i
     sampling = SamplingParams(temperature=0, max_tokens=n, repeat_penalty=1.0)
     first = last = None
     ids = []
-    for token in backend.generate(prompt, sampling, set()):
+    generation = backend.generate(prompt, sampling, set())
+    for token in generation:
         now = time.perf_counter()
         first = first or now
         last = now
         ids.append(token)
     assert first is not None and last is not None and len(ids) == n
-    counts = getattr(backend, "last_draft_counts", None)
+    counts = generation.stats.draft
     return (n - 1) / (last - first), (counts.drafted, counts.accepted) if counts else None, ids
 
 

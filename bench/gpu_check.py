@@ -101,13 +101,14 @@ def local_round(backend, prompt: list[int], n: int) -> tuple[list[int], float, f
     started = time.perf_counter()
     first = last = None
     ids = []
-    for token in backend.generate(prompt, sampling, set()):
+    generation = backend.generate(prompt, sampling, set())
+    for token in generation:
         now = time.perf_counter()
         first = first or now
         last = now
         ids.append(token)
     assert first is not None and last is not None and len(ids) == n, len(ids)
-    evaluated = getattr(backend, "last_prompt_evaluated", len(prompt))
+    evaluated = generation.stats.prompt_evaluated
     return ids, (n - 1) / (last - first), evaluated / (first - started)
 
 

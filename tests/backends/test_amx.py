@@ -62,9 +62,11 @@ def test_an_amx_fault_restarts_the_engine_with_repacking_off_and_is_remembered(
                         "<|im_start|>assistant\n", special=True)
     crashed_pid = backend.pid
 
+    generation = backend.generate(prompt, GREEDY, tok.eog_ids)
+
     def crash_in_the_prompt() -> None:
         # what llama.cpp logs on an AMX CPU, then the fault, while the prompt is evaluated
-        while backend.prompt_progress is None:
+        while generation.stats.progress is None:
             time.sleep(0.005)
         with open(log, "a") as fh:
             fh.write("load_tensors:          AMX model buffer size =    60.00 MiB\n")
@@ -73,7 +75,7 @@ def test_an_amx_fault_restarts_the_engine_with_repacking_off_and_is_remembered(
     killer = threading.Thread(target=crash_in_the_prompt)
     killer.start()
     try:
-        ids = list(backend.generate(prompt, GREEDY, tok.eog_ids))
+        ids = list(generation)
         killer.join()
         # the reply was retried on a fresh engine with repacking off: the caller saw no error
         assert ids and backend.pid != crashed_pid
@@ -106,9 +108,11 @@ def test_a_sigsegv_without_amx_is_not_taken_for_the_amx_fault(smollm_path, tmp_p
                         "<|im_start|>assistant\n", special=True)
     pid = backend.pid
 
+    generation = backend.generate(prompt, GREEDY, tok.eog_ids)
+
     def crash_in_the_prompt() -> None:
         # while it works on the request, before any id: the fault must come mid-request to be one
-        while backend.prompt_progress is None:
+        while generation.stats.progress is None:
             time.sleep(0.005)
         os.kill(pid, signal.SIGSEGV)
 
@@ -117,11 +121,11 @@ def test_a_sigsegv_without_amx_is_not_taken_for_the_amx_fault(smollm_path, tmp_p
     try:
         # dead before it answered anything: a fresh engine answers the same request (issue 33, item 6), but
         # as a plain crash: repacking stays on, nothing is remembered, no AMX caveat
-        reply = list(backend.generate(prompt, GREEDY, tok.eog_ids))
+        reply = list(generation)
         killer.join()
         assert reply and backend.pid != pid
-        notice = backend.take_restart_notice()
-        assert notice is not None and "died of SIGSEGV" in notice and "while evaluating the prompt" in notice
+        notice = generation.stats.notice
+        assert notice and "died of SIGSEGV" in notice and "while evaluating the prompt" in notice
         assert backend._options.repack and not amx_fault_record().exists() and backend.info.caveat == ""
     finally:
         backend.close()

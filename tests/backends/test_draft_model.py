@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from process_env import child_env
-from test_speculative import IM_END, assert_same_or_kernel_tie, chat, run
+from test_speculative import IM_END, assert_same_or_kernel_tie, chat, run, run_with_stats
 
 from backends.base import BackendError, DraftCounts, LoadOptions, SamplingParams
 from backends.draft_model import DraftModelConfig, ModelDrafter, vocab_difference
@@ -49,9 +49,9 @@ def test_a_greedy_reply_with_a_draft_model_is_the_reply_without_it(engines, tok)
     stops = {tok.encode(IM_END, special=True)[0]}
     sampling = SamplingParams(temperature=0, max_tokens=64, repeat_penalty=1.0)
     plain = run(engines["off"], prompt, sampling, stops)
-    fast = run(engines["draft"], prompt, sampling, stops)
+    fast, stats = run_with_stats(engines["draft"], prompt, sampling, stops)
     assert_same_or_kernel_tie(engines["off"], prompt, plain, fast, sampling)
-    counts = engines["draft"].last_draft_counts
+    counts = stats.draft
     assert isinstance(counts, DraftCounts) and counts.drafted > 0
     assert 0 < counts.accepted <= min(counts.drafted, len(fast))
     assert any(note.startswith("draft model qwen2.5-coder-0.5b.gguf") and "MiB of weights" in note
@@ -65,9 +65,10 @@ def test_a_seeded_sampled_reply_is_reproducible_and_the_cache_exact(engines, tok
     prompt = chat(tok, QUESTION)
     stops = {tok.encode(IM_END, special=True)[0]}
     sampling = SamplingParams(temperature=0.8, max_tokens=48, seed=7)
-    first = run(backend, prompt, sampling, stops)
-    counts = backend.last_draft_counts
-    assert run(backend, prompt, sampling, stops) == first and backend.last_draft_counts == counts
+    first, stats = run_with_stats(backend, prompt, sampling, stops)
+    counts = stats.draft
+    again, again_stats = run_with_stats(backend, prompt, sampling, stops)
+    assert again == first and again_stats.draft == counts
     assert counts.accepted > 0
     assert backend._engine.tokens == prompt + first[:-1]
 

@@ -60,11 +60,12 @@ def test_a_signal_mid_reply_is_one_line_and_the_next_reply_comes_from_a_fresh_en
     if signum == signal.SIGSEGV:
         # faulthandler in the engine leaves the Python side of the crash in the log
         assert "Fatal Python error: Segmentation fault" in (tmp_path / "engine.log").read_text()
-    again = list(hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    generation = hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos})
+    again = list(generation)
     assert "Paris" in vocab.text(again)
     assert hosted.pid is not None and hosted.pid != pid
     # the fresh engine has an empty cache: the whole prompt was evaluated
-    assert hosted.last_prompt_evaluated == len(vocab.chat("What is the capital of France?"))
+    assert generation.stats.prompt_evaluated == len(vocab.chat("What is the capital of France?"))
 
 
 def test_hosted_replies_equal_the_engine_in_this_process(hosted, vocab, smollm_path, tmp_path):
@@ -75,8 +76,10 @@ def test_hosted_replies_equal_the_engine_in_this_process(hosted, vocab, smollm_p
     try:
         for question in ("What is the capital of France?", "Name three colours."):
             prompt = vocab.chat(question)
-            assert list(hosted.generate(prompt, GREEDY, {vocab.eos})) == list(local.generate(prompt, GREEDY, {vocab.eos}))
-            assert hosted.last_prompt_evaluated == local.last_prompt_evaluated
+            far, near = hosted.generate(prompt, GREEDY, {vocab.eos}), local.generate(prompt, GREEDY, {vocab.eos})
+            assert list(far) == list(near)
+            assert far.stats.prompt_evaluated == near.stats.prompt_evaluated
+            assert far.stats.finish_reason == near.stats.finish_reason != ""
     finally:
         local.close()
 
@@ -98,8 +101,9 @@ def test_prompt_progress_comes_back_from_the_engine(hosted, vocab):
     long_prompt = vocab.ids("<|im_start|>user\n" + "The sea is wide and deep. " * 120 + "<|im_end|>\n")
     long_prompt += vocab.chat("Summarise that.")
     assert len(long_prompt) > 2 * PREFILL_CHUNK
-    list(hosted.generate(long_prompt, SamplingParams(temperature=0, max_tokens=1), set()))
-    progress = hosted.prompt_progress
+    generation = hosted.generate(long_prompt, SamplingParams(temperature=0, max_tokens=1), set())
+    list(generation)
+    progress = generation.stats.progress
     assert progress is not None and progress.done == progress.total == len(long_prompt)
 
 
@@ -253,10 +257,12 @@ def test_an_engine_that_died_while_idle_answers_the_next_request_from_a_fresh_on
     while not _dead(pid):
         assert time.monotonic() < deadline, "the engine did not die"
         time.sleep(0.01)
-    again = list(hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos}))
+    generation = hosted.generate(vocab.chat("What is the capital of France?"), GREEDY, {vocab.eos})
+    again = list(generation)
+    notice = generation.stats.notice  # before the first id (the session says it then), whichever path found it
     assert "Paris" in vocab.text(again)
     assert hosted.pid is not None and hosted.pid != pid
-    notice = hosted.take_restart_notice()
-    assert notice is not None and "\n" not in notice
+    assert notice and "\n" not in notice
     assert "died of SIGSEGV" in notice and "while idle" in notice and "started again" in notice
-    assert hosted.take_restart_notice() is None
+    next_reply = hosted.generate(vocab.chat("Hi"), GREEDY, {vocab.eos})
+    assert list(next_reply) and next_reply.stats.notice == ""  # said once: for the reply it concerns

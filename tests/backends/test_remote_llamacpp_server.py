@@ -18,7 +18,7 @@ from remote_servers import LlamaServer, RpcWorker
 from app.settings.options import ChatOptions
 from app.chat.open import open_chat
 from app.conversation.session import ChatSession
-from backends.base import BackendError, LoadOptions, SamplingParams
+from backends.base import BackendError, Generation, LoadOptions, SamplingParams
 from backends.remote import RemoteSettings
 from backends.remote_connect import VocabularyMismatch, connect
 from backends.remote_llamacpp import LlamaCppAdapter
@@ -42,12 +42,20 @@ class Recording:
     def __getattr__(self, name):
         return getattr(self._backend, name)
 
-    def generate(self, prompt_ids, sampling, stop_ids):
+    def generate(self, prompt_ids, sampling, stop_ids, on_progress=None):
         ids: list[int] = []
         self.turns.append(ids)
-        for token in self._backend.generate(prompt_ids, sampling, stop_ids):
-            ids.append(token)
-            yield token
+        generation = self._backend.generate(prompt_ids, sampling, stop_ids, on_progress)
+
+        def recorded():
+            try:
+                for token in generation:
+                    ids.append(token)
+                    yield token
+            finally:
+                generation.close()  # the server's numbers are read when the stream ends
+
+        return Generation(recorded(), generation.stats)
 
 
 def remote_session(url: str, model: Path | None, sampling=GREEDY, **settings) -> ChatSession:
@@ -115,8 +123,12 @@ def test_multi_turn_prompt_reuse_comes_from_the_servers_numbers(smollm_path, ser
         first = chat(session, QUESTIONS[0])
         assert first.new_prompt_tokens == first.prompt_tokens  # a fresh slot evaluates everything
         turn1 = len(session.last_prompt.ids)
+        parsers = []  # the server's own numbers, as its stream parser read them
+        adapter = session.backend.adapter
+        make_parser = adapter.parser
+        adapter.parser = lambda prompt: parsers.append(make_parser(prompt)) or parsers[-1]
         second = chat(session, QUESTIONS[1])
-        counts = session.backend.last_counts
+        counts = parsers[-1].counts
         assert second.verified
         assert counts.prompt_tokens == second.prompt_tokens == len(session.last_prompt.ids)
         assert counts.cached_tokens + counts.evaluated_tokens == second.prompt_tokens
@@ -176,22 +188,25 @@ def test_multibyte_output_loses_no_ids_in_the_stream(smollm_path, server_factory
         assert tokenizer.decode(oracle).startswith(text)
         assert any(_ends_inside_a_character(tokenizer, oracle[:n]) for n in range(1, len(oracle)))
 
-        got = list(backend.generate(prompt, replace(sampling, seed=1), tokenizer.eog_ids))
+        generation = backend.generate(prompt, replace(sampling, seed=1), tokenizer.eog_ids)
+        got = list(generation)
         assert got == oracle
-        assert backend.last_turn_verified and backend.last_counts.completion_tokens == len(got)
+        assert generation.stats.verified and generation.stats.counted == len(got)
 
         # a reply cut inside a character: the stream never carries the last ids; they are fetched again
         cut = next(n for n in range(len(oracle), 0, -1) if _ends_inside_a_character(tokenizer, oracle[:n]))
-        got = list(backend.generate(prompt, replace(sampling, seed=1, max_tokens=cut), tokenizer.eog_ids))
+        generation = backend.generate(prompt, replace(sampling, seed=1, max_tokens=cut), tokenizer.eog_ids)
+        got = list(generation)
         assert got == oracle[:cut]
-        assert backend.last_turn_verified and "fetched again" in backend.last_turn_note
+        assert generation.stats.verified and "fetched again" in generation.stats.note
 
         # without our vocabulary the held-back ids cannot be rebuilt: the turn says so instead of miscounting
         backend.adapter = ForcedText(text, None)
-        got = list(backend.generate(prompt, replace(sampling, seed=1), tokenizer.eog_ids))
-        assert len(got) < len(oracle) and not backend.last_turn_verified
-        assert "could not be recovered" in backend.last_turn_note
-        assert f"the server counted {len(oracle)} generated ids" in backend.last_turn_note
+        generation = backend.generate(prompt, replace(sampling, seed=1), tokenizer.eog_ids)
+        got = list(generation)
+        assert len(got) < len(oracle) and not generation.stats.verified
+        assert "could not be recovered" in generation.stats.note
+        assert f"the server counted {len(oracle)} generated ids" in generation.stats.note
     finally:
         backend.close()
 

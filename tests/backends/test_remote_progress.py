@@ -2,7 +2,7 @@
 
 A real ``llama-server`` (built by tests/assets.py from the pinned sources) evaluates a
 1,500-id prompt in batches of 512; every ``prompt_progress`` event it sends is recorded
-from the stream, and the backend's ``prompt_progress`` (what the TUI shows) must be the
+from the stream, and the generation's ``stats.progress`` (what the TUI shows) must be the
 server's numbers, the reused cache left out, ending at the whole prompt.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ class RecordingStream(LlamaCppStream):
     def feed(self, event):
         ids = super().feed(event)
         if "prompt_progress" in event:
-            RecordingStream.seen.append(self.progress)
+            RecordingStream.seen.append(self.counts.progress)
         return ids
 
 
@@ -42,7 +42,8 @@ def test_a_long_prompt_reports_the_servers_own_progress(smollm_path, tmp_path):
         prompt = tokenizer.encode("The tide was high at dawn and the boats went out. " * 200)[:1500]
         assert len(prompt) == 1500
         greedy = SamplingParams(temperature=0, max_tokens=2)
-        ids = list(backend.generate(prompt, greedy, set()))
+        generation = backend.generate(prompt, greedy, set())
+        ids = list(generation)
         # progress events carry a placeholder id ([0]) that is not part of the reply: the oracle is the
         # server's own non-streamed answer
         oracle = backend.adapter.recovered_ids(
@@ -53,15 +54,18 @@ def test_a_long_prompt_reports_the_servers_own_progress(smollm_path, tmp_path):
         assert all(total == 1500 for _, total, _ in seen)  # a fresh slot: nothing cached
         done = [d for d, _, _ in seen]
         assert done == sorted(done) and done[0] < 1500 and done[-1] == 1500
-        assert backend.prompt_progress is not None
-        assert (backend.prompt_progress.done, backend.prompt_progress.total) == (1500, 1500)
+        assert generation.stats.progress is not None
+        assert (generation.stats.progress.done, generation.stats.progress.total) == (1500, 1500)
+        assert generation.stats.prompt_evaluated == 1500
 
         # the same prompt again with one more sentence: the cached part is left out of the count
         RecordingStream.seen = []
         longer = prompt + tokenizer.encode(" And then the sun rose.")
-        list(backend.generate(longer, greedy, set()))
-        new = len(longer) - backend.last_counts.cached_tokens
-        assert backend.last_counts.cached_tokens >= 1400
+        again = backend.generate(longer, greedy, set())
+        list(again)
+        new = again.stats.prompt_evaluated  # the server's own count: the prompt less its cached part
+        assert 0 < new <= len(longer) - 1400
         assert RecordingStream.seen and RecordingStream.seen[-1][:2] == (new, new)
+        assert (again.stats.progress.done, again.stats.progress.total) == (new, new)
     finally:
         server.stop()

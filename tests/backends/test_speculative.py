@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from remote_servers import LlamaServer
 
-from backends.base import DraftCounts, LoadOptions, SamplingParams
+from backends.base import DraftCounts, GenerationStats, LoadOptions, SamplingParams
 from backends.speculative import AutoPolicy, DrafterConfig, NgramDrafter, accept_draft, speculative_accept
 
 pytestmark = pytest.mark.slow
@@ -224,6 +224,12 @@ def run(backend, prompt, sampling, stops):
     return list(backend.generate(prompt, sampling, stops))
 
 
+def run_with_stats(backend, prompt, sampling, stops) -> tuple[list[int], GenerationStats]:
+    """The reply's ids and the engine's facts about that reply."""
+    generation = backend.generate(prompt, sampling, stops)
+    return list(generation), generation.stats
+
+
 #: how far apart batched and one-id logits were measured on this model (0.39 at most; bench_speculative reports it)
 KERNEL_ROUNDING = 0.5
 
@@ -267,11 +273,11 @@ def test_greedy_reply_is_id_for_id_the_reply_without_speculation(pair, qwen_tok,
     prompt = chat(qwen_tok, PROMPTS[name])
     stops = {qwen_tok.encode(IM_END, special=True)[0]}
     sampling = SamplingParams(temperature=0, max_tokens=120)
-    plain = run(pair["off"], prompt, sampling, stops)
-    fast = run(pair["ngram"], prompt, sampling, stops)
-    counts = pair["ngram"].last_draft_counts
+    plain, plain_stats = run_with_stats(pair["off"], prompt, sampling, stops)
+    fast, fast_stats = run_with_stats(pair["ngram"], prompt, sampling, stops)
+    counts = fast_stats.draft
     assert_same_or_kernel_tie(pair["off"], prompt, plain, fast, sampling)
-    assert isinstance(counts, DraftCounts) and pair["off"].last_draft_counts is None
+    assert isinstance(counts, DraftCounts) and plain_stats.draft is None
     assert 0 <= counts.accepted <= counts.drafted
     assert counts.accepted <= len(fast)
     if name != "fresh prose":
@@ -289,10 +295,11 @@ def test_seeded_sampled_reply_is_reproducible_and_drafted(pair, qwen_tok):
     sampling = SamplingParams(temperature=0.8, max_tokens=60, seed=1234)
     backend = pair["ngram"]
     run(backend, prompt, SamplingParams(temperature=0, max_tokens=1), stops)  # the prompt's cache, the same every run
-    first = run(backend, prompt, sampling, stops)
-    counts = backend.last_draft_counts
-    assert run(backend, prompt, sampling, stops) == first
-    assert backend.last_draft_counts == counts and counts.accepted > 0
+    first, stats = run_with_stats(backend, prompt, sampling, stops)
+    counts = stats.draft
+    again, again_stats = run_with_stats(backend, prompt, sampling, stops)
+    assert again == first
+    assert again_stats.draft == counts and counts.accepted > 0
     assert backend._engine.tokens == prompt + first[:-1]
 
 
@@ -309,12 +316,13 @@ def test_multi_turn_reuses_the_cache_exactly(pair, qwen_tok):
     assert ngram._engine.tokens == first + fast1[:-1]
     text = qwen_tok.decode([t for t in fast1 if t not in stops])
     second = chat(qwen_tok, PROMPTS["code rewrite"], text, "Now the same file, but keep only the imports.")
-    plain2, fast2 = run(off, second, sampling, stops), run(ngram, second, sampling, stops)
+    (plain2, plain_stats), (fast2, fast_stats) = (run_with_stats(off, second, sampling, stops),
+                                                  run_with_stats(ngram, second, sampling, stops))
     assert_same_or_kernel_tie(off, second, plain2, fast2, sampling)
     reused = min(common_prefix_length(first + fast1[:-1], second), len(second) - 1)
-    assert ngram.last_prompt_evaluated == len(second) - reused
+    assert fast_stats.prompt_evaluated == len(second) - reused
     if plain1 == fast1:
-        assert off.last_prompt_evaluated == ngram.last_prompt_evaluated
+        assert plain_stats.prompt_evaluated == fast_stats.prompt_evaluated
     assert ngram._engine.tokens == second + fast2[:-1]
 
 
@@ -346,8 +354,8 @@ def test_counts_cross_the_engine_process(qwen_path, qwen_tok, tmp_path):
     hosted.load(qwen_path, LoadOptions(n_ctx=2048, speculative="auto", log_path=tmp_path / "engine.log"))
     try:
         prompt = chat(qwen_tok, PROMPTS["repeat a list"])
-        reply = run(hosted, prompt, SamplingParams(temperature=0, max_tokens=40), set())
-        counts = hosted.last_draft_counts
+        reply, stats = run_with_stats(hosted, prompt, SamplingParams(temperature=0, max_tokens=40), set())
+        counts = stats.draft
         assert isinstance(counts, DraftCounts)
         assert 0 < counts.accepted <= counts.drafted and counts.accepted <= len(reply)
     finally:
@@ -377,8 +385,8 @@ def test_remote_llama_server_speculation_numbers(qwen_path, qwen_tok, tmp_path):
         backend = connect(RemoteSettings(url=server.url), qwen_tok, str(qwen_path))
         try:
             prompt = chat(qwen_tok, PROMPTS["code rewrite"])
-            reply = run(backend, prompt, SamplingParams(temperature=0, max_tokens=60), set())
-            counts = backend.last_draft_counts
+            reply, stats = run_with_stats(backend, prompt, SamplingParams(temperature=0, max_tokens=60), set())
+            counts = stats.draft
             assert isinstance(counts, DraftCounts)
             assert 0 < counts.accepted <= counts.drafted and counts.accepted <= len(reply)
         finally:
@@ -394,10 +402,10 @@ def test_remote_without_speculation_reports_none():
     # the shape of a final event of a llama-server without --spec-type (no draft_n in its timings)
     stream.feed({"content": "", "tokens": [], "stop": True, "stop_type": "limit", "tokens_predicted": 4,
                  "timings": {"cache_n": 0, "prompt_n": 12, "predicted_n": 4, "predicted_per_second": 20.0}})
-    assert stream.draft_counts is None
+    assert stream.counts.draft is None
     stream.feed({"content": "", "tokens": [], "stop": True, "tokens_predicted": 4,
                  "timings": {"predicted_n": 4, "draft_n": 9, "draft_n_accepted": 3}})
-    assert stream.draft_counts == DraftCounts(9, 3)
+    assert stream.counts.draft == DraftCounts(9, 3)
 
 
 def test_a_long_match_is_a_copy_drafted_long_and_even_after_auto_gave_up():

@@ -25,6 +25,7 @@ import pytest
 
 from app.conversation.session import ChatSession
 from backends import LoadOptions, SamplingParams, open_backend
+from backends.base import Generation
 from templates import resolve_template
 from tokenizer import load_tokenizer
 
@@ -47,16 +48,20 @@ class _Counting:
         self.sent: list[int] = []
         self.yielded = 0
 
-    @property
-    def last_prompt_evaluated(self) -> int:
-        return self.backend.last_prompt_evaluated
-
-    def generate(self, prompt_ids, sampling, stop_ids):
+    def generate(self, prompt_ids, sampling, stop_ids, on_progress=None) -> Generation:
         self.sent = list(prompt_ids)
         self.yielded = 0
-        for token in self.backend.generate(prompt_ids, sampling, stop_ids):
-            self.yielded += 1
-            yield token
+        generation = self.backend.generate(prompt_ids, sampling, stop_ids, on_progress)
+
+        def counted():
+            try:
+                for token in generation:
+                    self.yielded += 1
+                    yield token
+            finally:
+                generation.close()
+
+        return Generation(counted(), generation.stats)
 
     def cancel(self) -> None:
         self.backend.cancel()
