@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
-from backends.base import Backend, BackendError, SamplingParams
+from backends.base import Backend, BackendError, GenerationStats, SamplingParams
 from templates import ChatTemplate, TemplateError
 from app.conversation.branches import BranchTree
 from app.conversation.context_breakdown import PromptRecord
@@ -162,6 +162,7 @@ class _Turn:
     drafted: int = 0  # speculative drafts of earlier generations of this turn (after a budget cut)
     accepted: int = 0
     reasoning_cut: bool = False
+    stats: GenerationStats | None = None  # the engine's facts about this turn's latest generation
 
 
 class ChatSession:
@@ -191,6 +192,8 @@ class ChatSession:
         self.last_prompt: BuiltPrompt | None = None
         #: the last turn's prompt with the messages in it and those left out (the token inspector)
         self.last_record: PromptRecord | None = None
+        #: the engine's facts about the generation running now, or the last one (the TUI's progress line)
+        self.generation_stats: GenerationStats | None = None
         self._builder = PromptBuilder(tokenizer, template)
         self._window = 0  # index of the first message still in the prompt
         self._cancel = threading.Event()
@@ -609,12 +612,17 @@ class ChatSession:
             ids = self.backend.generate(list(prompt.ids) + turn.reply_ids,
                                         replace(sampling, max_tokens=sampling.max_tokens - len(turn.reply_ids)),
                                         self.stop_ids)
-            restarted = getattr(self.backend, "take_restart_notice", None)  # an engine found dead, started again
-            if restarted is not None and (notice := restarted()):
-                yield ReplyEvent("notice", notice)
+            turn.stats = self.generation_stats = ids.stats
+            noticed = ""  # an engine found dead and started again for this reply: said once, when it is known
             over_budget = False
             try:
+                if ids.stats.notice:
+                    noticed = ids.stats.notice
+                    yield ReplyEvent("notice", noticed)
                 for token in ids:
+                    if ids.stats.notice != noticed:
+                        noticed = ids.stats.notice
+                        yield ReplyEvent("notice", noticed)
                     now = time.monotonic()
                     turn.first_at = turn.first_at or now
                     turn.last_at = now
@@ -640,11 +648,11 @@ class ChatSession:
             finally:
                 ids.close()
                 # a remote backend checks the ids it passed on against the server's count (backends.remote)
-                turn.verified = turn.verified and bool(getattr(self.backend, "last_turn_verified", True))
+                turn.verified = turn.verified and ids.stats.verified
             if not over_budget:
                 break
-            turn.evaluated += getattr(self.backend, "last_prompt_evaluated", 0)
-            turn.drafted, turn.accepted = _draft_counts(self.backend, turn)
+            turn.evaluated += ids.stats.prompt_evaluated
+            turn.drafted, turn.accepted = _draft_counts(ids.stats, turn)
             yield from self._close_think(turn)
             budget = None  # one cut per reply
         if not turn.finish:
@@ -714,11 +722,11 @@ class ChatSession:
         if n_reply > 1 and turn.first_at is not None and turn.last_at and turn.last_at > turn.first_at:
             speed = (n_reply - 1) / (turn.last_at - turn.first_at)
         if n_reply:
-            evaluated = getattr(self.backend, "last_prompt_evaluated", n_prompt) + turn.evaluated
+            evaluated = (turn.stats.prompt_evaluated if turn.stats else 0) + turn.evaluated
         else:
-            evaluated = self._evaluated_unanswered(prompt, finish)
+            evaluated = self._evaluated_unanswered(turn, prompt, finish)
         ttft = (turn.first_at - turn.started) if turn.first_at else 0.0
-        drafted, accepted = _draft_counts(self.backend, turn) if n_reply else (0, 0)
+        drafted, accepted = _draft_counts(turn.stats, turn) if n_reply else (0, 0)
         return TurnStats(
             new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
             reasoning_tokens=turn.reasoning_tokens, forced_close_tokens=turn.forced_close_tokens,
@@ -734,14 +742,14 @@ class ChatSession:
             drafted_tokens=drafted, accepted_tokens=accepted,
         )
 
-    def _evaluated_unanswered(self, prompt: BuiltPrompt | None, finish: str) -> int:
+    def _evaluated_unanswered(self, turn: _Turn, prompt: BuiltPrompt | None, finish: str) -> int:
         """Prompt ids evaluated by a turn stopped before its first reply id (Esc while a long prompt
         was evaluated): the engine's last progress report, the count the user saw on the progress line.
         The engine keeps those ids in its cache, so the next turn reuses them; saying 0 here would
         hide that work.  A refused or failed turn evaluated nothing that is counted."""
         if prompt is None or finish != "cancelled":
             return 0
-        progress = getattr(self.backend, "prompt_progress", None)
+        progress = turn.stats.progress if turn.stats else None
         return min(progress.done, len(prompt.ids)) if progress is not None else 0
 
     def _record(self, prompt: BuiltPrompt, reply_ids: Sequence[int]) -> PromptRecord:
@@ -878,9 +886,9 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
         parts=parts)
 
 
-def _draft_counts(backend: Any, turn: _Turn) -> tuple[int, int]:
-    """(drafted, accepted) of this turn so far: earlier generations' plus the backend's latest reply's."""
-    counts = getattr(backend, "last_draft_counts", None)
+def _draft_counts(stats: GenerationStats | None, turn: _Turn) -> tuple[int, int]:
+    """(drafted, accepted) of this turn so far: earlier generations' plus the latest generation's."""
+    counts = stats.draft if stats is not None else None
     if counts is None:
         return turn.drafted, turn.accepted
     return turn.drafted + counts.drafted, turn.accepted + counts.accepted

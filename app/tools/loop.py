@@ -241,7 +241,7 @@ class ToolLoop:
             reasoning_cut=any(getattr(s, "reasoning_cut", False) for s in steps),
             drafted_tokens=sum(s.drafted_tokens for s in steps), accepted_tokens=sum(s.accepted_tokens for s in steps),
             tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps),
-            **({"verified": all(s.verified for s in steps)} if hasattr(last, "verified") else {}))
+            verified=all(s.verified for s in steps))
 
 
 def _key(call: ToolCall) -> tuple[str, str]:

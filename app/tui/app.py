@@ -441,7 +441,7 @@ class ChatApp(App):
         self._turn_typed = self.prompt_input.sent[-1] if user_text is not None and self.prompt_input.sent else None
         self._meter_base = session.context_used + (session.draft_tokens(user_text) if user_text else 0)
         self._streamed = 0
-        self._prompt_before = getattr(session, "last_prompt", None)
+        self._prompt_before = session.last_prompt
         self._errors = []
         self.meter.draft = 0
         self.meter.used = self._meter_base
@@ -456,7 +456,7 @@ class ChatApp(App):
         self._buffer = buffer
         self.generating = True
         reply = self.reply
-        PromptProgressWatch(self, session.backend, reply,
+        PromptProgressWatch(self, lambda: session.generation_stats, reply,
                             lambda: self.reply is reply and not reply.content and not reply.reasoning)
         self._generation_done = threading.Event()
         self._generate(lambda: self.tools.with_tools(make_events(), buffer), buffer, self._generation_done)
@@ -512,7 +512,7 @@ class ChatApp(App):
                 await self.chat_view.add_notice(text, "warning")
                 self.chat_view.move_child(self.chat_view.children[-1], before=reply)
         self._streamed += drained.text_events
-        prompt = getattr(self.session, "last_prompt", None)
+        prompt = self.session.last_prompt
         if prompt is not None and prompt is not self._prompt_before:
             self._meter_base = len(prompt.ids)  # this turn's prompt is built: its exact size
         self.meter.used = self._meter_base + self._streamed

@@ -7,12 +7,15 @@ counts or estimates tokens.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from app.chat.open import human_size  # noqa: F401  (one owner: a chat's load progress writes sizes first)
 
+if TYPE_CHECKING:
+    from app.conversation.session import TurnStats
 
-def stats_line(stats: Any) -> str:
+
+def stats_line(stats: TurnStats) -> str:
     """The line under every reply, e.g.
     ``prompt 27 new / 27 total · completion 12 · reasoning 0 · TTFT 0.05 s · 180.2 tok/s · stop``.
     """
@@ -24,25 +27,24 @@ def stats_line(stats: Any) -> str:
         f"{stats.tokens_per_s:.1f} tok/s",
         stats.finish_reason,
     ]
-    drafted = getattr(stats, "drafted_tokens", 0)
-    if drafted:
-        parts.insert(5, f"drafted {drafted} / accepted {stats.accepted_tokens}")
-    if not getattr(stats, "verified", True):
+    if stats.drafted_tokens:
+        parts.insert(5, f"drafted {stats.drafted_tokens} / accepted {stats.accepted_tokens}")
+    if not stats.verified:
         parts.append("unverified: the server's count differs")
-    if getattr(stats, "dropped_turns", 0):
+    if stats.dropped_turns:
         parts.append(f"dropped {stats.dropped_turns} old turn(s)")
-    if getattr(stats, "opening_tokens", 0):
+    if stats.opening_tokens:
         parts.append(f"your start {stats.opening_tokens} (in prompt)")
-    if getattr(stats, "parts", None):
+    if stats.parts:
         parts.append(f"{len(stats.parts)} parts (" + " + ".join(str(p["completion_tokens"]) for p in stats.parts) + ")")
         again = sum(p["new_prompt_tokens"] for p in stats.parts[1:])
         if again:  # the later parts' own prompt work: not the prompt the reply answered
             parts.append(f"{again} evaluated again to continue")
-    if getattr(stats, "reasoning_cut", False):
+    if stats.reasoning_cut:
         parts.append("reasoning budget reached")
-    if getattr(stats, "cache_cut_tokens", 0):
+    if stats.cache_cut_tokens:
         parts.append(f"cache cut {stats.cache_cut_tokens} (earlier turns rewritten)")
-    if getattr(stats, "tool_call_tokens", 0) or getattr(stats, "model_steps", 1) > 1:
+    if stats.tool_call_tokens or stats.model_steps > 1:
         parts.append(f"{stats.model_steps} steps · tool calls {stats.tool_call_tokens} · "
                      f"tool results {stats.tool_result_tokens}")
     return " · ".join(parts)

@@ -44,8 +44,8 @@ async def test_a_long_prompt_shows_its_progress_and_esc_stops_it(real_app):
 
         await wait_for(pilot, shown, timeout_s=120, what="the prompt's progress line")
         done, total = (int(x.replace(",", "")) for x in re.match(r"prompt ([\d,]+) / ([\d,]+)", seen[-1]).groups())
-        backend_total = app.session.backend.prompt_progress.total
-        assert total == backend_total and 0 < done < total
+        engine_total = app.session.generation_stats.progress.total
+        assert total == engine_total and 0 < done < total
         assert total >= n_ids  # the whole prompt is new: template ids around the message too
         await pilot.press("escape")
         await wait_reply(pilot, timeout_s=30)

@@ -50,9 +50,8 @@ async def test_chat_through_the_server_shows_the_counts(server, store, smollm_pa
             assert stats.verified and stats.backend == "remote" and stats.completion_tokens > 0
             shown = str(reply.query_one(".stats").render())
             assert shown == stats_line(stats) and "unverified" not in shown
-        # the second turn reused the server's cache: its numbers, on screen
-        counts = app.session.backend.last_counts
-        assert stats.new_prompt_tokens == counts.evaluated_tokens < stats.prompt_tokens
+        # the second turn reused the server's cache: its numbers (timings.prompt_n), on screen
+        assert stats.new_prompt_tokens == app.session.generation_stats.prompt_evaluated < stats.prompt_tokens
 
         # /server off goes back to the local engine and the conversation goes on
         await send(pilot, "/server off")
@@ -115,4 +114,4 @@ async def test_chat_through_a_server_split_over_two_rpc_workers(rpc_server, stor
             stats = app.session.messages[-1].stats
             assert stats.verified and stats.completion_tokens > 0
             assert str(app.query(AssistantMessage).last().query_one(".stats").render()) == stats_line(stats)
-        assert stats.new_prompt_tokens == app.session.backend.last_counts.evaluated_tokens < stats.prompt_tokens
+        assert stats.new_prompt_tokens == app.session.generation_stats.prompt_evaluated < stats.prompt_tokens

@@ -36,9 +36,9 @@ class Recording(ScriptedBackend):
         super().__init__(reply)
         self.prompts = []
 
-    def generate(self, prompt_ids, sampling, stop_ids):
+    def generate(self, prompt_ids, sampling, stop_ids, on_progress=None):
         self.prompts.append(list(prompt_ids))
-        return super().generate(prompt_ids, sampling, stop_ids)
+        return super().generate(prompt_ids, sampling, stop_ids, on_progress)
 
 
 def _session(tok):

@@ -29,9 +29,9 @@ class Recording(ScriptedBackend):
         super().__init__(lambda prompt: self.queue.pop(0))
         self.prompts = []
 
-    def generate(self, prompt_ids, sampling, stop_ids):
+    def generate(self, prompt_ids, sampling, stop_ids, on_progress=None):
         self.prompts.append(list(prompt_ids))
-        return super().generate(prompt_ids, sampling, stop_ids)
+        return super().generate(prompt_ids, sampling, stop_ids, on_progress)
 
 
 def make(tok, texts):
@@ -72,7 +72,7 @@ def test_regenerate_twice_move_between_siblings_and_continue_from_the_first(smol
     assert sent[:len(first.prompt.ids) + len(first.reply_ids)] == list(first.prompt.ids) + list(first.reply_ids)
     # ... so the backend, holding the third branch, re-evaluates only what the branches do not share
     shared = common_prefix_length(third_cached, sent)
-    assert shared >= len(fork_prompt) and session.backend.last_prompt_evaluated == len(sent) - shared
+    assert shared >= len(fork_prompt) and session.generation_stats.prompt_evaluated == len(sent) - shared
     assert contents(session)[-1] == "About 2 million."
 
     # the third branch is still there, without the later turn; the first keeps its continuation

@@ -66,7 +66,7 @@ def test_greedy_continuation_equals_one_long_generation(tok, engine):
     assert reply.content == one_go.messages[-1].content
     assert first_text + "".join(e.text for e in events if e.kind == "content") == reply.content
     # the engine's own count: only the cut reply's last id (sampled, never fed back) was evaluated
-    assert engine.last_prompt_evaluated <= 1
+    assert session.generation_stats.prompt_evaluated <= 1
     assert stats.parts is not None and [p["completion_tokens"] for p in stats.parts] == [16, 32]
     assert stats.completion_tokens == 48 and stats.prompt_tokens == first.prompt_tokens
     # "new" is of the prompt the reply answered (never more than its total); a part's own work stays in it

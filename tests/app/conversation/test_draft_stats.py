@@ -1,8 +1,8 @@
 """Speculative decoding's counts reach every turn's stats, and add up across a continued reply.
 
-The backend is the scripted one with the optional ``last_draft_counts`` a
-speculating engine keeps (backends.base.DraftCounts); the real engine's counts
-are tested in tests/backends/test_speculative.py.
+The backend is the scripted one with the draft counts a speculating engine puts in
+its generation's stats (backends.base.GenerationStats.draft); the real engine's
+counts are tested in tests/backends/test_speculative.py.
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ class DraftingBackend(ScriptedBackend):
     def __init__(self, script, counts: DraftCounts | None) -> None:
         super().__init__(script)
         self.counts = counts
-        self.last_draft_counts: DraftCounts | None = None
 
-    def generate(self, prompt_ids, sampling, stop_ids):
+    def generate(self, prompt_ids, sampling, stop_ids, on_progress=None):
         # the counts are current whenever an id is yielded: the session stops reading at the stop id,
         # so counts sent only after the last id would never be seen
-        self.last_draft_counts = self.counts
-        yield from super().generate(prompt_ids, sampling, stop_ids)
+        generation = super().generate(prompt_ids, sampling, stop_ids, on_progress)
+        generation.stats.draft = self.counts
+        return generation
 
 
 def _session(smollm_path, backend, max_tokens=64):

@@ -3,7 +3,7 @@
 Real SmolLM2 through the real llama.cpp engine: after a fork at an earlier
 reply, the next prompt starts with that reply's prompt and ids as generated,
 so the engine evaluates only the new message (its own
-``last_prompt_evaluated``).
+``stats.prompt_evaluated`` of its generation).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_a_fork_at_an_earlier_reply_evaluates_only_the_new_message(smollm_path, 
     # prefix and the start of the next user turn's markup), and evaluates the rest: its own count
     shared = common_prefix(held, prompt.ids)
     assert shared >= len(head.ids) + len(first_ids)
-    assert len(prompt.ids) - shared <= engine.last_prompt_evaluated <= len(prompt.ids) - shared + 1
+    assert len(prompt.ids) - shared <= session.generation_stats.prompt_evaluated <= len(prompt.ids) - shared + 1
     # the next turn in the fork extends it too
     list(session.send("And a river?"))
     assert session.last_prompt.reused > len(prompt.ids)

@@ -102,7 +102,7 @@ def test_dropped_reasoning_cuts_the_cache_where_it_began(smollm_path, engine, ll
     assert stats.cache_cut_tokens == len(held) - kept > len(session.messages[1].reply_ids) - 1
     # the engine evaluated at most what follows the cut (its own count; it may move cached chunks
     # after the cut into place instead of evaluating them again)
-    assert 0 < engine.last_prompt_evaluated <= len(prompt.ids) - kept + 1
+    assert 0 < session.generation_stats.prompt_evaluated <= len(prompt.ids) - kept + 1
 
 
 def test_cache_cut_is_counted_with_the_built_in_thinking_template(smollm_path):
@@ -120,7 +120,7 @@ def test_cache_cut_is_counted_with_the_built_in_thinking_template(smollm_path):
     kept = common_prefix(list(first.ids) + list(reply_ids), session.last_prompt.ids)
     assert stats.cache_cut_tokens == len(first.ids) + len(reply_ids) - kept
     assert kept == len(first.ids)
-    assert session.backend.last_prompt_evaluated == len(session.last_prompt.ids) - kept
+    assert session.generation_stats.prompt_evaluated == len(session.last_prompt.ids) - kept
 
 
 def test_the_cut_keeps_earlier_replies_ids_as_generated(smollm_path):
@@ -144,4 +144,4 @@ def test_the_cut_keeps_earlier_replies_ids_as_generated(smollm_path):
     assert third.ids[: len(second.ids)] == second.ids  # turn 1's odd ids and turn 2's prompt, as sent
     assert third.reused == len(second.ids)
     assert stats.cache_cut_tokens == len(thought)  # exactly the reply that held the reasoning
-    assert backend.last_prompt_evaluated == len(third.ids) - len(second.ids)
+    assert session.generation_stats.prompt_evaluated == len(third.ids) - len(second.ids)

@@ -84,7 +84,7 @@ def test_each_turn_extends_the_last_prompt_and_reply_exactly(tok):
             cached = previous.ids + replies[n - 1]
             assert prompt.ids[: len(cached)] == cached
             assert prompt.reused == len(cached)
-            assert stats.new_prompt_tokens == len(prompt.ids) - len(cached) == session.backend.last_prompt_evaluated
+            assert stats.new_prompt_tokens == len(prompt.ids) - len(cached) == session.generation_stats.prompt_evaluated
         # reply ids here are the canonical encoding, so the incremental ids equal a full encode
         assert prompt.ids == prompt_ids(tok, session.template.render(
             [{"role": "system", "content": "Be brief."}] + [{"role": m.role, "content": m.content}
