@@ -191,7 +191,7 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
         if progress:
             progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
         path = Path(resolve_model(options.model))
-        header = model_header.take_header(path, options)
+        header = model_header.take_header(path, options, for_engine=backend is None)
         if backend is None:
             # the engine loads in its own process while this one reads the tokenizer and the template
             pending = _start_engine(options, path, header)

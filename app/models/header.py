@@ -15,7 +15,7 @@ from typing import Any
 from app.settings.options import ChatOptions
 
 
-def take_header(path: Path, options: ChatOptions) -> Any:
+def take_header(path: Path, options: ChatOptions, *, for_engine: bool = True) -> Any:
     """The header of ``path`` (a :class:`backends.model_meta.ModelMeta`), or None when it cannot be read.
 
     The copy in ``options`` is taken out (set to None): it is used for one
@@ -25,7 +25,9 @@ def take_header(path: Path, options: ChatOptions) -> Any:
 
     A GGUF with no weights (:func:`app.models.file_kind.vocabulary_only`) raises
     :class:`~app.models.hub_ref.ModelNotFound` here, before an engine is started for it:
-    the engine could only say, three times over, that it could not load it.
+    the engine could only say, three times over, that it could not load it.  With
+    ``for_engine=False`` (a backend handed in, which generates without these
+    weights) such a file is the tokenizer it is.
     """
     from app.models.file_kind import vocabulary_only, vocabulary_only_message
     from app.models.hub_ref import ModelNotFound
@@ -37,7 +39,7 @@ def take_header(path: Path, options: ChatOptions) -> Any:
         header = known_meta(path, handed)
     except (BackendError, OSError):
         return None
-    if vocabulary_only(header.gguf):
+    if for_engine and vocabulary_only(header.gguf):
         raise ModelNotFound(vocabulary_only_message(path))
     return header
 

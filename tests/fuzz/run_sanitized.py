@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     # arguments that name a test path replace the default runs; options alone (-x, -k ...) go to each of them
     paths = any((ROOT / a.split("::")[0]).exists() for a in pytest_args if not a.startswith("-"))
     runs = [pytest_args] if paths else [[*r, "-q", "-p", "no:cacheprovider", *pytest_args] for r in DEFAULT_RUNS]
+    # in one process: xdist's workers would start without the boot above, so with the unsanitized extension
+    runs = [[*run, "-n", "0"] for run in runs]
     worst = 0
     for run in runs:
         code = subprocess.run([sys.executable, "-c", boot, *run], cwd=ROOT, env=env).returncode

@@ -19,8 +19,21 @@ from app.settings.options import ChatOptions
 from backends import SamplingParams
 
 
+#: engine children this process had before the running test began (another test's, in this worker):
+#: not the engines under test
+_EARLIER: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_engines():
+    _EARLIER.clear()
+    _EARLIER.update(_engine_children())
+    yield
+    _EARLIER.clear()
+
+
 def _engine_children() -> list[int]:
-    """The pids of this process's engine-host children."""
+    """The pids of this process's engine-host children that the running test started."""
     found = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
@@ -29,7 +42,8 @@ def _engine_children() -> list[int]:
             continue  # a thread that ended after the listing (the load threads come and go)
         for pid in children:
             try:
-                if "backends.engine_host" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
+                if (int(pid) not in _EARLIER
+                        and "backends.engine_host" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")):
                     found.append(int(pid))
             except OSError:
                 continue  # ended between the two reads
