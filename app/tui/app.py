@@ -467,7 +467,6 @@ class ChatApp(App):
         from app.conversation.session import ReplyEvent
 
         worker = get_current_worker()
-        session = self.session
         try:
             pump(make_events(), buffer, lambda: worker.is_cancelled, self.tools.cancel_turn,
                  lambda exc: ReplyEvent("error", text=error_text(exc)))
