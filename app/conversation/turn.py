@@ -1,0 +1,335 @@
+"""One turn: generate a reply after a fitted prompt, commit it once, and say how it ended.
+
+A turn is a stack of small stages::
+
+    backend.generate(ids)  ->  tokenizer.stream_decoder()  ->  ThinkFilter  ->  ReplyEvent
+
+A reply ends on any end-of-generation id (``stop``), on ``max_tokens`` (``length``), on a
+cancel (``cancelled``) or on a backend failure (``error``); in every case the partial reply is
+committed with its finish reason, by :meth:`Turn._commit`, the one place a reply joins the
+conversation: a new reply is appended, a continued one (/continue) grows in place; either way
+it gets its stats, the record of the prompt it answered, and the prompt builder remembers its
+ids as generated, so the next prompt extends them exactly.
+
+The turn's generator returns its :class:`~app.conversation.messages.TurnOutcome`;
+:func:`refuse` is the turn that sends nothing (the same ``error`` and ``done`` events).
+
+Not handled here: fitting the prompt (:mod:`app.conversation.fit`), deciding what the turn
+answers (:class:`app.conversation.session.ChatSession`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, replace
+from typing import Any, Generator, Iterator, Sequence
+
+from app.conversation.conversation import Conversation
+from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
+from backends.base import BackendError, GenerationStats, SamplingParams
+from templates.builder import BuiltPrompt
+from tokenizer.think import ThinkFilter
+
+#: what a turn's generator is: its events, then its outcome as the return value
+TurnEvents = Generator[ReplyEvent, None, TurnOutcome]
+
+
+class Turn:
+    """The reply being generated after ``head``, and its accounting.
+
+    ``prior_ids``: ids the reply already holds after ``head`` (the user's opening for /reply, or the
+    reply being continued); ``prior``: the message a continuation grows (None: a new reply);
+    ``cache_cut``: ids the engine held that ``head`` does not start with (see :func:`cache_cut`).
+    """
+
+    def __init__(self, conversation: Conversation, head: BuiltPrompt | None, *, stop_ids: frozenset[int],
+                 cancel: threading.Event, reasoning_budget: int | None, started: float | None = None,
+                 prior_ids: Sequence[int] = (), prior: ChatMessage | None = None, opening: str = "",
+                 cache_cut: int = 0) -> None:
+        self.conversation = conversation
+        self.head = head
+        self.stop_ids = stop_ids
+        self.cancel = cancel
+        self.reasoning_budget = reasoning_budget
+        self.started = time.monotonic() if started is None else started
+        self.prior_ids = list(prior_ids)
+        self.prior = prior
+        self.cache_cut = cache_cut
+        self.reply_ids: list[int] = []
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.reasoning_tokens = 0
+        self.forced_close_tokens = 0  # ids appended to close the think block (the budget was spent)
+        self.first_at: float | None = None
+        self.last_at: float | None = None
+        self.finish = ""  # "" until decided; still "" at the end means cancelled
+        self.ended = False  # the stream ran to its end (stop id, length, or the backend finished)
+        self.flushed = False
+        self.verified = True  # every generation of this turn matched the backend's own count
+        self.prior_reasoning = 0  # reasoning ids of the reply's earlier part (a continued reply), for the budget
+        self.evaluated = 0  # prompt ids evaluated by earlier generations of this turn (after a budget cut)
+        self.drafted = 0  # speculative drafts of earlier generations of this turn (after a budget cut)
+        self.accepted = 0
+        self.reasoning_cut = False
+        self.stats: GenerationStats | None = None  # the engine's facts about this turn's latest generation
+        self.outcome: TurnOutcome | None = None  # known once the turn has ended
+        self.prompt: BuiltPrompt | None = None
+        self.opening = opening
+        self.decoder: Any = None
+        self.think: ThinkFilter | None = None
+        if head is not None:
+            self._prime(head)
+
+    def _prime(self, head: BuiltPrompt) -> None:
+        """Set the decoder and think filter after ``head`` and feed them the reply's prior ids."""
+        tokenizer = self.conversation.tokenizer
+        self.decoder = tokenizer.stream_decoder()
+        self.think = ThinkFilter.for_prompt(head.text)
+        if self.prior is None and not self.prior_ids:
+            self.prompt = head
+            return
+        events = self.think.feed("".join(self.decoder.feed(t) for t in self.prior_ids))
+        if self.prior is None:  # the opening is this reply's first text (not yielded: the caller shows it)
+            self._keep(events)
+            self.opening = "".join(self.content) or self.opening
+        else:
+            self.prior_reasoning = self.prior.stats.reasoning_tokens if self.prior.stats else 0
+        rendered = replace(head.rendered, text=head.text + tokenizer.decode(self.prior_ids))
+        self.prompt = BuiltPrompt(rendered, list(head.ids) + self.prior_ids, head.reused)
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self) -> TurnEvents:
+        """Generate, then commit the reply whatever happens, and yield ``done`` with its stats."""
+        c = self.conversation
+        prompt = self.prompt
+        assert prompt is not None, "a turn without a prompt is a refusal: see refuse()"
+        c.last_prompt = prompt
+        room = c.context_size - len(prompt.ids)
+        sampling = replace(c.sampling, max_tokens=max(1, min(c.sampling.max_tokens, room)))
+        stream = self._generate(prompt, sampling)
+        error: str | None = None
+        try:
+            yield from stream
+        except BackendError as exc:
+            self.finish, error = "error", str(exc)
+        except Exception:
+            self.finish = "error"  # a bug: the partial reply is kept, the traceback goes on up
+            raise
+        finally:
+            stream.close()
+            if not self.ended and self.finish != "error":
+                self.finish = "cancelled"  # the caller stopped reading, or cancel() was called
+            self._flush()  # text still held back is kept even when it cannot be yielded now
+            stats = self._commit()
+            self.outcome = TurnOutcome.after(self.finish, error)
+        if error is not None:
+            yield ReplyEvent("error", error)
+        yield ReplyEvent("done", stats=stats)
+        return self.outcome
+
+    def _generate(self, prompt: BuiltPrompt, sampling: SamplingParams) -> Iterator[ReplyEvent]:
+        """backend ids -> stream decoder -> think filter -> events, with accounting on the way.
+
+        Reasoning budget: once the reply has ``reasoning_budget`` reasoning ids, the generation
+        stops, the model's end-of-thinking ids (:func:`think_close_ids`) join the reply as if
+        generated, and a new generation goes on from there (the engine's cache holds all of it,
+        so only those ids are evaluated), as llama.cpp's server does."""
+        budget = self.reasoning_budget
+        if budget is not None and self.think.in_reasoning and self.prior_reasoning >= budget:
+            yield from self._close_think()  # a budget of 0, or one spent before a /continue
+            budget = None
+        backend = self.conversation.backend
+        while True:
+            ids = backend.generate(list(prompt.ids) + self.reply_ids,
+                                   replace(sampling, max_tokens=sampling.max_tokens - len(self.reply_ids)),
+                                   self.stop_ids)
+            self.stats = ids.stats
+            noticed = ""  # an engine found dead and started again for this reply: said once, when it is known
+            over_budget = False
+            try:
+                if ids.stats.notice:
+                    noticed = ids.stats.notice
+                    yield ReplyEvent("notice", noticed)
+                for token in ids:
+                    if ids.stats.notice != noticed:
+                        noticed = ids.stats.notice
+                        yield ReplyEvent("notice", noticed)
+                    now = time.monotonic()
+                    self.first_at = self.first_at or now
+                    self.last_at = now
+                    self.reply_ids.append(token)
+                    if token in self.stop_ids:
+                        self.finish = "stop"
+                        break
+                    before = self.think.in_reasoning
+                    events = self.think.feed(self.decoder.feed(token))
+                    if before or self.think.in_reasoning:
+                        self.reasoning_tokens += 1
+                    yield from self._emit(events)
+                    if self.cancel.is_set():
+                        break
+                    if (budget is not None and self.think.in_reasoning
+                            and self.reasoning_tokens + self.prior_reasoning >= budget
+                            and len(self.reply_ids) < sampling.max_tokens):
+                        over_budget = True
+                        break
+                else:
+                    if not self.cancel.is_set():
+                        self.finish = "length" if len(self.reply_ids) >= sampling.max_tokens else "stop"
+            finally:
+                ids.close()
+                # a remote backend checks the ids it passed on against the server's count (backends.remote)
+                self.verified = self.verified and ids.stats.verified
+            if not over_budget:
+                break
+            self.evaluated += ids.stats.prompt_evaluated
+            self.drafted, self.accepted = self._draft_counts()
+            yield from self._close_think()
+            budget = None  # one cut per reply
+        if not self.finish:
+            return  # cancelled: run()'s finally marks it and keeps the held-back text
+        self.ended = True
+        yield from self._emit(self._flush(), keep=False)
+
+    def _close_think(self) -> Iterator[ReplyEvent]:
+        """Append the end-of-thinking ids to the reply as if generated (the reasoning budget is spent)."""
+        self.reasoning_cut = True
+        for token in think_close_ids(self.conversation.tokenizer, self.think.close_tag):
+            self.reply_ids.append(token)
+            self.forced_close_tokens += 1  # tokchat's, not the model's: counted apart from reasoning_tokens
+            yield from self._emit(self.think.feed(self.decoder.feed(token)))
+
+    def _emit(self, events: list, keep: bool = True) -> Iterator[ReplyEvent]:
+        if keep:
+            self._keep(events)
+        for event in events:
+            yield ReplyEvent(event.kind, event.text)
+
+    def _keep(self, events: list) -> None:
+        """Add the text of ``events`` to the reply's content or reasoning."""
+        for event in events:
+            (self.reasoning if event.kind == "reasoning" else self.content).append(event.text)
+
+    def _flush(self) -> list:
+        """Events for the text the decoder and think filter still hold (once), kept in the reply."""
+        if self.flushed or self.think is None:
+            return []
+        self.flushed = True
+        tail = self.decoder.finalize()
+        events = (self.think.feed(tail) if tail else []) + self.think.finalize()
+        self._keep(events)
+        return events
+
+    # -- committing -------------------------------------------------------------------------------
+
+    def _commit(self) -> TurnStats:
+        """The reply joins the conversation (the one place it does): appended as a new message, or
+        grown in place (a continuation); then its record, and the builder primed with its ids."""
+        c = self.conversation
+        stats = self.stats_now()
+        stats.cache_cut_tokens = self.cache_cut
+        all_ids = tuple(self.prior_ids) + tuple(self.reply_ids)
+        prior = self.prior
+        if prior is None:
+            stats.opening_tokens = len(self.prior_ids)
+            message = ChatMessage("assistant", "".join(self.content), "".join(self.reasoning), stats,
+                                  self.finish, opening=self.opening, reply_ids=all_ids)
+            c.messages.append(message)
+        else:
+            message = prior
+            stats = merge_stats(prior.stats, stats) if prior.stats is not None else stats
+            message.content += "".join(self.content)
+            message.reasoning += "".join(self.reasoning)
+            message.stats, message.finish_reason, message.reply_ids = stats, self.finish, all_ids
+        message.record = c.last_record = c._record(self.head, message, all_ids)
+        c._forget_old_records()
+        c._builder.remember(self.head, all_ids)
+        c._tail = (message, self.head)
+        return stats
+
+    def stats_now(self) -> TurnStats:
+        """This turn's accounting as it stands (a refused turn: nothing sent, nothing generated)."""
+        c = self.conversation
+        info = c.backend.info
+        prompt = self.prompt  # None: refused
+        n_prompt = len(prompt.ids) if prompt else 0
+        n_reply = len(self.reply_ids)
+        speed = 0.0
+        if n_reply > 1 and self.first_at is not None and self.last_at and self.last_at > self.first_at:
+            speed = (n_reply - 1) / (self.last_at - self.first_at)
+        if n_reply:
+            evaluated = (self.stats.prompt_evaluated if self.stats else 0) + self.evaluated
+        else:
+            evaluated = self._evaluated_unanswered(prompt)
+        ttft = (self.first_at - self.started) if self.first_at else 0.0
+        drafted, accepted = self._draft_counts() if n_reply else (0, 0)
+        finish = self.finish if prompt is not None else "error"
+        return TurnStats(
+            new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
+            reasoning_tokens=self.reasoning_tokens, forced_close_tokens=self.forced_close_tokens,
+            ttft_s=ttft, tokens_per_s=speed, prompt_tokens_per_s=evaluated / ttft if ttft > 0 else 0.0,
+            context_used=n_prompt + n_reply, context_limit=c.context_size, finish_reason=finish,
+            dropped_turns=sum(1 for m in c.messages[: c._window] if m.role == "user"),
+            backend=info.backend, device=info.device,
+            gpu_layers=(f"{info.offloaded_layers}/{info.total_layers}"
+                        if getattr(info, "offloaded_layers", 0) and getattr(info, "total_layers", 0) else ""),
+            vram_mib=getattr(info, "vram_mib", 0),
+            verified=self.verified, model=info.model_name, template=c.template.name,
+            sampling=asdict(c.sampling), reasoning_cut=self.reasoning_cut,
+            drafted_tokens=drafted, accepted_tokens=accepted,
+        )
+
+    def _evaluated_unanswered(self, prompt: BuiltPrompt | None) -> int:
+        """Prompt ids evaluated by a turn stopped before its first reply id (Esc while a long prompt
+        was evaluated): the engine's last progress report, the count the user saw on the progress line.
+        The engine keeps those ids in its cache, so the next turn reuses them; saying 0 here would
+        hide that work.  A refused or failed turn evaluated nothing that is counted."""
+        if prompt is None or self.finish != "cancelled":
+            return 0
+        progress = self.stats.progress if self.stats else None
+        return min(progress.done, len(prompt.ids)) if progress is not None else 0
+
+    def _draft_counts(self) -> tuple[int, int]:
+        """(drafted, accepted) of this turn so far: earlier generations' plus the latest generation's."""
+        counts = self.stats.draft if self.stats is not None else None
+        if counts is None:
+            return self.drafted, self.accepted
+        return self.drafted + counts.drafted, self.accepted + counts.accepted
+
+
+def refuse(turn: Turn, why: str) -> TurnEvents:
+    """The turn that sends nothing: ``error`` (why), then ``done`` with empty stats; the caller has
+    left the conversation as it was.  ``turn``: one made without a prompt."""
+    turn.outcome = TurnOutcome("refused", why)
+    yield ReplyEvent("error", why)
+    yield ReplyEvent("done", stats=turn.stats_now())
+    return turn.outcome
+
+
+def cache_cut(conversation: Conversation, prompt: BuiltPrompt, replaced: ChatMessage | None = None) -> int:
+    """Ids of what the backend holds that ``prompt`` does not start with (its cache loses them).
+
+    ``replaced``: a reply this turn replaces on purpose (it stays a sibling); when the cache ends
+    with it, its ids are not counted: only earlier turns rewritten (a template that drops old
+    reasoning) are a cut worth showing."""
+    held = conversation._builder.held_ids
+    tail = conversation._tail
+    if replaced is not None and tail is not None and tail[0] is replaced:
+        held = held[:len(tail[1].ids)]
+    return len(held) - _common_prefix(held, prompt.ids) if held else 0
+
+
+def think_close_ids(tokenizer: Any, close_tag: str = "</think>") -> list[int]:
+    """The ids that end a think block: ``\\n</think>\\n\\n`` as the model's own tokenizer encodes it
+    (``</think>`` is one id where the vocabulary has it), the way Qwen3 and R1 close theirs."""
+    return tokenizer.encode(f"\n{close_tag}\n\n", special=True)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
