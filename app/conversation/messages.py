@@ -100,7 +100,8 @@ class ChatMessage:
 
 @dataclass
 class ReplyEvent:
-    """What a turn yields: ``notice``, ``reasoning``, ``content``, ``error``, then ``done`` last.
+    """What a turn yields: ``notice``, ``reasoning``, ``content``, ``error``, then ``done`` last
+    (``stats``: the turn's :class:`TurnStats`; ``data``: its :class:`TurnOutcome`).
 
     The tool loop (:mod:`app.tools.loop`) adds ``tool_call_delta`` (call text as it is
     generated), ``tool_call`` and ``tool_result`` (``data``: the call / its outcome); the
@@ -120,8 +121,8 @@ ANSWERED, REFUSED, STOPPED, FAILED = "answered", "refused", "stopped", "failed"
 
 @dataclass(frozen=True)
 class TurnOutcome:
-    """How a turn ended, said once by the turn itself (a turn generator returns it; the session
-    keeps it as ``last_outcome``):
+    """How a turn ended, said once by the turn itself (its ``done`` event carries it, its generator
+    returns it, and the session keeps it as ``last_outcome``):
 
     * ``answered``: a reply was committed (it stopped on its own or at ``max_tokens``);
     * ``refused``: nothing was sent and the conversation is as it was (``reason``: why);

@@ -12,9 +12,9 @@ Prompt ids come from :class:`templates.builder.PromptBuilder`, which keeps turn 
 exact extension of turn N-1's prompt plus the reply ids as generated, so the backend
 re-evaluates only the new part.
 
-Every turn method is a generator of :class:`ReplyEvent` (``done`` last) that returns its
-:class:`TurnOutcome` (answered, refused with its reason, stopped, failed); the session keeps
-it as :attr:`ChatSession.last_outcome`.  A refused turn changes nothing.
+Every turn method is a generator of :class:`ReplyEvent` whose last, ``done``, carries the turn's
+:class:`TurnOutcome` (answered, refused with its reason, stopped, failed), which the generator also
+returns and :attr:`ChatSession.last_outcome` reads.  A refused turn changes nothing.
 
 Tools: ``tools`` (JSON schemas) go to the template, and :meth:`ChatSession.continue_turn`
 answers tool results; finding calls in a reply and running them is :mod:`app.tools.loop`'s job.
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Protocol, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Protocol, Sequence
 
 from app.conversation import fit
 from app.conversation.conversation import RECORDS_KEPT, Conversation
@@ -69,9 +70,8 @@ class ChatSession(Conversation):
         #: reasoning ids after which tokchat closes the think block itself (None: no limit)
         self.reasoning_budget = reasoning_budget
         self.stop_ids = frozenset(tokenizer.eog_ids) | _marker_ids(tokenizer)
-        #: how the last turn ended (None before the first)
-        self.last_outcome: TurnOutcome | None = None
         self._cancel = threading.Event()
+        self._last_turn: Turn | None = None  # the turn running now, or the last one (refusals too)
         self._generating: Turn | None = None  # the turn generating now, or the last one that generated
 
     @classmethod
@@ -79,8 +79,6 @@ class ChatSession(Conversation):
                      context_size: int) -> ChatSession:
         """The session a front end opens: system prompt, sampling (a copy: the session's own to change),
         thinking and reasoning budget from ``options``."""
-        from dataclasses import replace
-
         return cls(tokenizer, template, backend=backend, system_prompt=options.system,
                    sampling=replace(options.sampling), context_size=context_size, enable_thinking=options.think,
                    reasoning_budget=options.reasoning_budget)
@@ -99,6 +97,12 @@ class ChatSession(Conversation):
                          **self.settings())
         new.load_messages([m for m in self.messages if m.role != "system"], self.branches)
         return new
+
+    @property
+    def last_outcome(self) -> TurnOutcome | None:
+        """How the last turn ended: known when its ``done`` event is yielded (None before the first
+        turn, and while one runs)."""
+        return self._last_turn.outcome if self._last_turn is not None else None
 
     @property
     def generation_stats(self) -> GenerationStats | None:
@@ -193,7 +197,7 @@ class ChatSession(Conversation):
 
     # -- running one ------------------------------------------------------------------------------
 
-    def _forked(self, before: list[ChatMessage], turn: Any) -> TurnEvents:
+    def _forked(self, before: list[ChatMessage], turn: Callable[[], TurnEvents]) -> TurnEvents:
         """Run ``turn()`` where the path (now cut short of ``before``) forks: what it replaces stays a
         sibling (``branches``), unless the turn is refused (then nothing changed)."""
         at = len(self.messages)
@@ -247,20 +251,14 @@ class ChatSession(Conversation):
                     reasoning_budget=self.reasoning_budget, **kwargs)
 
     def _run(self, turn: Turn) -> TurnEvents:
-        """Run ``turn``; its outcome is kept even when the caller stops reading (then: stopped)."""
-        self._generating = turn
-        try:
-            return (yield from turn.run())
-        finally:
-            self.last_outcome = turn.outcome
+        """Run ``turn`` (the one :attr:`last_outcome` and :attr:`generation_stats` then read)."""
+        self._last_turn = self._generating = turn
+        return (yield from turn.run())
 
     def _refuse(self, why: str) -> TurnEvents:
         """The turn that sends nothing (the messages are already as they were)."""
-        turn = self._turn(None)
-        try:
-            return (yield from refuse(turn, why))
-        finally:
-            self.last_outcome = turn.outcome
+        self._last_turn = turn = self._turn(None)
+        return (yield from refuse(turn, why))
 
 
 def _marker_ids(tokenizer: Any) -> frozenset[int]:

@@ -11,8 +11,9 @@ conversation: a new reply is appended, a continued one (/continue) grows in plac
 it gets its stats, the record of the prompt it answered, and the prompt builder remembers its
 ids as generated, so the next prompt extends them exactly.
 
-The turn's generator returns its :class:`~app.conversation.messages.TurnOutcome`;
-:func:`refuse` is the turn that sends nothing (the same ``error`` and ``done`` events).
+The turn's outcome (:class:`~app.conversation.messages.TurnOutcome`) is known before its
+``done`` event, which carries it, and the generator returns it; :func:`refuse` is the turn
+that sends nothing (the same ``error`` and ``done`` events).
 
 Not handled here: fitting the prompt (:mod:`app.conversation.fit`), deciding what the turn
 answers (:class:`app.conversation.session.ChatSession`).
@@ -22,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, replace
-from typing import Any, Generator, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 from app.conversation.conversation import Conversation
 from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
@@ -125,7 +126,7 @@ class Turn:
             self.outcome = TurnOutcome.after(self.finish, error)
         if error is not None:
             yield ReplyEvent("error", error)
-        yield ReplyEvent("done", stats=stats)
+        yield ReplyEvent("done", stats=stats, data=self.outcome)
         return self.outcome
 
     def _generate(self, prompt: BuiltPrompt, sampling: SamplingParams) -> Iterator[ReplyEvent]:
@@ -303,8 +304,19 @@ def refuse(turn: Turn, why: str) -> TurnEvents:
     left the conversation as it was.  ``turn``: one made without a prompt."""
     turn.outcome = TurnOutcome("refused", why)
     yield ReplyEvent("error", why)
-    yield ReplyEvent("done", stats=turn.stats_now())
+    yield ReplyEvent("done", stats=turn.stats_now(), data=turn.outcome)
     return turn.outcome
+
+
+def watch_outcome(events: Iterable[ReplyEvent], keep: Callable[[TurnOutcome], None]) -> Iterator[ReplyEvent]:
+    """Pass a session turn's events on, handing its outcome to ``keep`` as its ``done`` event passes,
+    before any reader further on sees that event.  For a caller that runs the turn through the tool
+    loop, whose own ``done`` ends the whole turn: whether the session took the turn is the first
+    step's outcome (a later step refused leaves the reply that called the tool in place)."""
+    for event in events:
+        if event.kind == "done" and isinstance(event.data, TurnOutcome):
+            keep(event.data)
+        yield event
 
 
 def cache_cut(conversation: Conversation, prompt: BuiltPrompt, replaced: ChatMessage | None = None) -> int:

@@ -50,7 +50,8 @@ def test_an_answered_turn_returns_its_outcome_and_the_session_keeps_it(smollm_pa
     session = session_for(smollm_path, ["Hello there."])
     events, outcome = drain(session.send("hi"))
     assert outcome == TurnOutcome("answered") == session.last_outcome and not outcome.refused
-    assert events[-1].kind == "done" and session.messages[-1].content == "Hello there."
+    assert events[-1].kind == "done" and events[-1].data is outcome
+    assert session.messages[-1].content == "Hello there."
 
 
 def test_a_refused_turn_says_why_and_changes_nothing(smollm_path):
@@ -60,6 +61,7 @@ def test_a_refused_turn_says_why_and_changes_nothing(smollm_path):
     events, outcome = drain(session.send("word " * 500))
     assert outcome.refused and outcome.kind == "refused" and session.last_outcome is outcome
     assert outcome.reason == events[0].text and outcome.reason.startswith("message too long")
+    assert [e.kind for e in events] == ["error", "done"] and events[-1].data is outcome
     assert session.messages == before
     # an edit refused the same way: the old message and reply stay, and no empty sibling is left
     events, outcome = drain(session.edit_last_user("word " * 500))
