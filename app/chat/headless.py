@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterator, TextIO
 from app.settings.options import ChatOptions
 
 if TYPE_CHECKING:  # imported once the engine is loading (open_chat): the session pulls in Jinja
-    from app.conversation.session import ChatMessage, ChatSession
+    from app.conversation.session import ChatMessage, ChatSession, TurnOutcome
 
 EXIT_INTERRUPTED = 130
 #: the exit status when stdout was closed under the reply (a shell's 128 + SIGPIPE)
@@ -51,6 +51,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
 
     chat = open_chat(options, backend=backend)
     from app.conversation.session import ChatMessage
+    from app.conversation.turn import watch_outcome
 
     session = chat.session
     for notice in chat.notices:
@@ -84,7 +85,6 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
 
                 recorder.set_vocabulary(vocabulary_fingerprint(session.tokenizer))
         recorder.on_user(ChatMessage("user", prompt))
-    kept = len(session.messages)  # the session appends the user's message and its reply only if it takes them
     status = 0
     wrote_content = False
     stoppable = tools.loop if tools is not None else session
@@ -92,10 +92,11 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     try:
         # the handlers stay until the reply is stored: a signal then still finds it whole
         with _stop_on_signals(stoppable) as caught:
-            if steer == "continue":
-                events = session.continue_reply()
-            else:
-                events = tools.loop.send(prompt) if tools is not None else session.send(prompt)
+            outcomes: list[Any] = []  # the session's step of the turn says whether it took the turn
+            first = session.continue_reply() if steer == "continue" else session.send(prompt)
+            events = watch_outcome(first, outcomes.append)
+            if tools is not None and steer != "continue":
+                events = tools.loop.run(events)
             for event in events:
                 if recorder is not None:
                     recorder.on_event(event)
@@ -118,7 +119,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                         from app.history.export import finite
 
                         print(json.dumps(finite(asdict(event.stats))), file=err, flush=True)
-            reply = _this_turns_reply(session, kept, continued=steer == "continue")
+            reply = _this_turns_reply(session, outcomes[0] if outcomes else None)
             if recorder is not None and reply is not None:
                 recorder.on_reply(reply)
         if reply_out.broken is not None:
@@ -134,17 +135,13 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     return status
 
 
-def _this_turns_reply(session: ChatSession, kept: int, *, continued: bool) -> ChatMessage | None:
-    """The reply this run produced, or None when the session refused the message.
-
-    ``kept``: how many messages the session held before the turn.  A refused message leaves the
-    session as it was, so its last message is an earlier turn's reply: storing that again would
-    invent an answer.  A continued reply (``--continue``) is that last message, grown in place."""
-    if not session.messages or session.messages[-1].role != "assistant":
+def _this_turns_reply(session: ChatSession, outcome: TurnOutcome | None) -> ChatMessage | None:
+    """The reply this run produced (a continued one, ``--continue``, grown in place), or None when
+    the session refused the turn: it is then as it was, and storing its last message again would
+    invent an answer.  ``outcome``: the session's own step's (None: it never ended)."""
+    if outcome is None or outcome.refused or not session.messages or session.messages[-1].role != "assistant":
         return None
-    if continued or len(session.messages) > kept:
-        return session.messages[-1]
-    return None
+    return session.messages[-1]
 
 
 def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> str:

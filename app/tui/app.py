@@ -143,7 +143,8 @@ class ChatApp(App):
         #: set when the current generation thread has returned (the engine may then be closed)
         self._generation_done = threading.Event()
         self._generation_done.set()
-        self._turn_base: Any = None
+        #: how the session's step of the current turn ended (None until it has; see start_reply)
+        self._turn_outcome: Any = None
         self._turn_typed: str | None = None
         self._draft_timer: Timer | None = None
         #: what the prompt box last held, and the message being sent until its turn has started:
@@ -433,10 +434,10 @@ class ChatApp(App):
 
         ``into``: the reply widget a continuation streams into (/continue); ``opening``: the reply's
         start the user wrote (/reply), shown at once and marked as theirs."""
+        from app.conversation.turn import watch_outcome
+
         session = self.session
-        #: the path's last message before this turn: still last afterwards when the session refused the turn
-        #: (a continuation grows that same message: never taken for a refusal)
-        self._turn_base = (session.messages[-1] if session.messages else None) if into is None else object()
+        self._turn_outcome = None
         #: what the user typed for this turn (None for a regenerate), put back if the turn is refused
         self._turn_typed = self.prompt_input.sent[-1] if user_text is not None and self.prompt_input.sent else None
         self._meter_base = session.context_used + (session.draft_tokens(user_text) if user_text else 0)
@@ -459,7 +460,12 @@ class ChatApp(App):
         PromptProgressWatch(self, lambda: session.generation_stats, reply,
                             lambda: self.reply is reply and not reply.content and not reply.reasoning)
         self._generation_done = threading.Event()
-        self._generate(lambda: self.tools.with_tools(make_events(), buffer), buffer, self._generation_done)
+
+        def keep_outcome(outcome: Any) -> None:  # in the worker, before its ``done`` reaches the screen
+            self._turn_outcome = outcome
+
+        self._generate(lambda: self.tools.with_tools(watch_outcome(make_events(), keep_outcome), buffer), buffer,
+                       self._generation_done)
 
     @work(thread=True, group="generate")
     def _generate(self, make_events: Callable[[], Iterator[Any]], buffer: EventBuffer,
@@ -535,8 +541,8 @@ class ChatApp(App):
 
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it; a turn the session refused changed nothing."""
-        messages = self.session.messages
-        if (messages[-1] if messages else None) is self._turn_base:
+        outcome = self._turn_outcome
+        if outcome is not None and outcome.refused:
             self.call_later(self.turn_refused)
             return
         self.history.record_reply()
