@@ -38,7 +38,7 @@ this returns.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -87,9 +87,8 @@ def open_chat(options: ChatOptions, *, backend: Any = None, progress: Progress |
     try:
         from app.conversation.session import ChatSession
 
-        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
-                              sampling=replace(options.sampling), context_size=context_size,
-                              enable_thinking=options.think)
+        session = ChatSession.from_options(options, tokenizer, template, backend=backend,
+                                           context_size=context_size)
     except BaseException:
         if opened:
             backend.close()  # its engine (or connection) must not outlive this error

@@ -117,15 +117,9 @@ class SlashCommands:
         host.notify(notice or f"Template: {template.name}")
 
     def rebuild_session(self, session: Any, template: Any) -> Any:
-        """A new ChatSession with another template and the same turns and settings."""
-        from app.conversation.session import ChatSession
-
-        chat = self.host.chat
-        new = ChatSession(chat.tokenizer, template, backend=chat.backend,
-                          system_prompt=session.system_prompt, sampling=session.sampling,
-                          context_size=chat.context_size, enable_thinking=session.enable_thinking)
-        new.load_messages([m for m in session.messages if m.role != "system"], session.branches)
-        return new
+        """A new ChatSession with another template and the same turns and every setting (the
+        reasoning budget, the tools... : :meth:`ChatSession.with_template` carries them all)."""
+        return session.with_template(template)
 
     def _sampling_handler(self, name: str) -> Handler:
         async def run(arg: str) -> None:

@@ -85,9 +85,8 @@ def scripted_loader(model_path: Path, replies: Sequence[str], *, delay_s: float 
         backend.info.quantization = "scripted"
         # built from parts, not through open_chat: its context is ``context_size`` whatever --ctx says,
         # so the snapshots do not move with the options
-        session = ChatSession(tokenizer, template, backend=backend, system_prompt=options.system,
-                              sampling=replace(options.sampling), context_size=context_size,
-                              enable_thinking=options.think)
+        session = ChatSession.from_options(options, tokenizer, template, backend=backend,
+                                           context_size=context_size)
         stop = tokenizer.eos_id if tokenizer.eos_id in session.stop_ids else min(session.stop_ids)
         scripted.extend(tokenizer.encode(text) + [stop] for text in replies)
         return LoadedChat(session, tokenizer, template, backend, path, context_size, notice)

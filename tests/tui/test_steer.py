@@ -174,6 +174,26 @@ async def test_think_switch_and_budget_are_applied_and_remembered_per_model(scri
         assert flagged.session.enable_thinking is True and flagged.session.reasoning_budget == 7
 
 
+async def test_template_switch_keeps_the_reasoning_budget_and_every_other_setting(scripted_app, smollm_path):
+    options = ChatOptions(model=str(smollm_path), template="chatml-think", theme="textual-dark")
+    app = scripted_app(["<think>\none two three four five six seven eight", "Answer."], options=options)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        for command in ("/think budget 3", "/think on", "/temp 0.3", "/system Be brief."):
+            await send(pilot, command)
+        await send(pilot, "/template chatml")
+        session = app.session
+        assert session.template.name == "chatml"
+        assert (session.reasoning_budget, session.enable_thinking, session.sampling.temperature,
+                session.system_prompt) == (3, True, 0.3, "Be brief.")
+        # the budget still closes the think block after 3 reasoning ids, with the new template
+        await send(pilot, "Why?")
+        await wait_reply(pilot)
+        reply = session.messages[-1]
+        assert reply.stats.reasoning_cut and reply.stats.reasoning_tokens == 3 and reply.content == "Answer."
+        assert reply.stats.template == "chatml"
+
+
 async def test_think_budget_refuses_a_bad_number(scripted_app, config_dir):
     app = scripted_app(["x"])
     async with app.run_test(size=SIZE) as pilot:
