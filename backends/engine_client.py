@@ -1,6 +1,6 @@
 """A local engine in a child process, behind the same Backend Protocol: the chat outlives any engine crash.
 
-:class:`HostedBackend` starts ``python -m backends.engine_host`` (see there
+:class:`HostedBackend` starts ``python -m backends.engine_process`` (see there
 for the wire), loads the model in it and forwards ``generate``: prompt ids
 go down the pipe, generated ids come back one line each.  The session, the
 TUI and headless mode cannot tell it from the engine itself, except that:
@@ -44,15 +44,15 @@ from backends.base import (
 )
 from backends.cpu import has_amx
 from backends.engine_wire import (
-    Cancel, Close, Done, EngineGone, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, Request,
-    WireError, decode,
+    ENGINE_PROCESS_MODULE, Cancel, Close, Done, EngineGone, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed,
+    Progress, Request, WireError, decode,
 )
 
 #: how often a waiting caller re-checks the cancel flag, in seconds
 _POLL_S = 0.02
 #: how long closing waits for the child to end by itself before it is killed
 CLOSE_TIMEOUT_S = 10.0
-#: the repository root, so that ``-m backends.engine_host`` imports this very tree
+#: the repository root, so that ``-m backends.engine_process`` imports this very tree
 _ROOT = Path(__file__).resolve().parent.parent
 
 _SIGNAL_WORDS = {
@@ -119,7 +119,7 @@ class _Child:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(
                 [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "backends.engine_host", *(["--warm", warm] if warm else [])],
+                [sys.executable, "-m", ENGINE_PROCESS_MODULE, *(["--warm", warm] if warm else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 # its own process group (Ctrl-C at the terminal reaches the chat, not the engine; killpg ends
                 # what it forked) but the chat's session: a new session is a new scheduling autogroup, and

@@ -1,4 +1,4 @@
-"""The engine's own process: ``python -m backends.engine_host``, started and owned by :mod:`backends.hosted`.
+"""The engine's own process: ``python -m backends.engine_process``, started and owned by :mod:`backends.engine_client`.
 
 Native engines (llama.cpp, OpenVINO, MLX) can die of a signal: a bad kernel
 (llama.cpp's AMX fault), an instruction the CPU lacks, the OOM killer.  Run
@@ -16,7 +16,7 @@ Sampling stays here, beside the logits; only ids cross the pipe.  ``meta``
 is the header's scalar facts as the chat read them (optional).
 
 ``--warm llama.cpp`` (a process started before its model is known, see
-:func:`backends.hosted.prestart_engine`) imports that engine's library while
+:func:`backends.engine_client.prestart_engine`) imports that engine's library while
 the first request is still on its way.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The engine pipe's messages, both ways, as typed values: the one definition both ends use.
 
-:mod:`backends.hosted` (the chat's side) writes requests and reads answers;
-:mod:`backends.engine_host` (the engine's process) reads requests and writes
+:mod:`backends.engine_client` (the chat's side) writes requests and reads answers;
+:mod:`backends.engine_process` (the engine's process) reads requests and writes
 answers.  Each message is a frozen dataclass; on the pipe it is one JSON
 line ``{"type": "<ClassName>", ...fields}``, written whole under a lock by a
 :class:`LineWriter`, so a reader tells messages apart by their type, never by
@@ -25,6 +25,11 @@ import json
 import threading
 from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any, Union
+
+
+#: the engine process's module, ``python -m ENGINE_PROCESS_MODULE``: the one name by which the chat
+#: starts its engine (:mod:`backends.engine_client`) and tests recognise it among processes
+ENGINE_PROCESS_MODULE = "backends.engine_process"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ and context are held by :class:`backends.llama_engine.LlamaEngine` with
 llama.cpp's own defaults (flash attention auto, every physical core), so a
 greedy reply here is the one a default ``llama-server`` gives.
 
-This class runs wherever it is made: :mod:`backends.engine_host` makes it in
+This class runs wherever it is made: :mod:`backends.engine_process` makes it in
 a child process, so a native crash of llama.cpp is not a crash of the chat.
 
 Speculative decoding (:mod:`backends.speculative`, ``LoadOptions.speculative``):

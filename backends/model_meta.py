@@ -91,7 +91,7 @@ def known_meta(path: Path | str, meta: ModelMeta | None) -> ModelMeta:
 
 
 def header_facts(meta: ModelMeta) -> dict[str, Any]:
-    """The header's scalar facts as JSON, for the engine process (:mod:`backends.hosted`).
+    """The header's scalar facts as JSON, for the engine process (:mod:`backends.engine_client`).
 
     Every backend reads only scalars (name, quantization, context length, block count); sending
     them spares the engine a second parse of the header, whose vocabulary arrays (Qwen's 151,936

@@ -91,7 +91,7 @@ def real_runtime_answers(engines: Collection[str] = RUNTIMES) -> RuntimeAnswers:
 def _ask_llama_cpp(answers: RuntimeAnswers) -> None:
     """From the installed package's files, without importing it.
 
-    The engine runs in its own process (:mod:`backends.hosted`); importing
+    The engine runs in its own process (:mod:`backends.engine_client`); importing
     llama_cpp here would load libllama and NumPy into the chat's process too
     (about 120 MiB and half a second).  A build offloads to a GPU exactly when
     it ships a GPU backend library beside libllama.

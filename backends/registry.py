@@ -3,7 +3,7 @@
 Backends are looked up by engine name; each module imports its engine only
 inside ``load``.  The decisions (what was chosen, what failed and why) go
 into ``backend.info.notes`` so the UI and ``--stats`` can show them.
-Every engine runs in its own process (:mod:`backends.hosted`), so a native
+Every engine runs in its own process (:mod:`backends.engine_client`), so a native
 crash costs the reply, never the chat.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Callable
 
 from backends.base import Backend, BackendError, LoadOptions
 from backends.detect import Candidate, detect, plan
-from backends.hosted import in_process
+from backends.engine_client import in_process
 from backends.model_meta import is_mlx_dir
 from backends.probe import SystemProbe
 
@@ -42,8 +42,8 @@ ENGINES: dict[str, Callable[[Candidate], Backend]] = {"llama.cpp": _llama, "open
 
 
 def hosted(c: Candidate) -> Backend:
-    """The engine of ``c`` in its own process (:mod:`backends.hosted`)."""
-    from backends.hosted import HostedBackend
+    """The engine of ``c`` in its own process (:mod:`backends.engine_client`)."""
+    from backends.engine_client import HostedBackend
 
     return HostedBackend(c.engine, c.device)
 

@@ -5,7 +5,7 @@ before a line runs; this reads the minimum from pyproject.toml and parses
 every module of the four packages with that version's grammar (``ast``'s
 ``feature_version``).  Calls that only newer Pythons have (Popen's
 ``process_group`` was one) are checked where they run:
-tests/backends/test_hosted_python310.py starts the engine on a real 3.10.
+tests/backends/test_engine_client_python310.py starts the engine on a real 3.10.
 """
 from __future__ import annotations
 

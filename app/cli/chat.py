@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
         discard_early()
         if prestart:
-            from backends.hosted import discard_spare
+            from backends.engine_client import discard_spare
 
             discard_spare()  # not adopted (a --server chat, an error before the load): it goes now
 
@@ -210,9 +210,9 @@ class _EarlyLoad:
 
 def _prestart_engine(args: argparse.Namespace) -> bool:
     """Start the engine process before settings, header and presets are read (they then overlap with its
-    start and library import; see :func:`backends.hosted.prestart_engine`).  Not for ``--server`` chats,
+    start and library import; see :func:`backends.engine_client.prestart_engine`).  Not for ``--server`` chats,
     nor when engines run in this process.  True if one was started."""
-    from backends.hosted import in_process, prestart_engine
+    from backends.engine_client import in_process, prestart_engine
 
     if args.server is not None or in_process():
         return False

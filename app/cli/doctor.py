@@ -44,7 +44,7 @@ def engine_lines() -> list[str]:
     """How the local engine runs here: its process, threads, the CPU's AMX and what tokchat chose for it."""
     from backends.cpu import cpu_model, has_amx, llama_default_threads
     from backends.engine_patches import patch_files
-    from backends.hosted import amx_fault_record
+    from backends.engine_client import amx_fault_record
 
     lines = [f"engine: local engines run in their own process (a crash costs the reply, not the chat); "
              f"llama.cpp with {llama_default_threads()} thread(s) (its default: the physical cores; --threads "

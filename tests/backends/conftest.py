@@ -44,12 +44,12 @@ def vocab(smollm_path):
 def _load(engine: str, path: Path, tmp_dir: Path, hosted: bool = True):
     """A loaded backend of ``engine`` with its log under ``tmp_dir``.
 
-    ``hosted``: in its own process, as tokchat runs every engine (:mod:`backends.hosted`);
+    ``hosted``: in its own process, as tokchat runs every engine (:mod:`backends.engine_client`);
     False: the engine's class inside this process.
     """
     options = LoadOptions(log_path=tmp_dir / "engine.log")
     if hosted:
-        from backends.hosted import HostedBackend
+        from backends.engine_client import HostedBackend
 
         backend = HostedBackend(engine)
     elif engine == "llama.cpp":

@@ -19,7 +19,7 @@ import pytest
 
 from backends.base import LoadOptions, SamplingParams
 from backends.cpu import has_amx
-from backends.hosted import HostedBackend, amx_fault_record
+from backends.engine_client import HostedBackend, amx_fault_record
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
 
@@ -48,10 +48,10 @@ def test_the_amx_kernel_answers_on_an_amx_cpu(qwen_path, tmp_path, monkeypatch):
 
 def test_an_amx_fault_restarts_the_engine_with_repacking_off_and_is_remembered(
         smollm_path, tmp_path, monkeypatch):
-    import backends.hosted as hosted
+    import backends.engine_client as engine_client
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(hosted, "has_amx", lambda: True)
+    monkeypatch.setattr(engine_client, "has_amx", lambda: True)
     log = tmp_path / "engine.log"
     backend = HostedBackend("llama.cpp")
     backend.load(smollm_path, LoadOptions(n_ctx=4096, log_path=log))
@@ -95,10 +95,10 @@ def test_an_amx_fault_restarts_the_engine_with_repacking_off_and_is_remembered(
 
 
 def test_a_sigsegv_without_amx_is_not_taken_for_the_amx_fault(smollm_path, tmp_path, monkeypatch):
-    import backends.hosted as hosted
+    import backends.engine_client as engine_client
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(hosted, "has_amx", lambda: False)
+    monkeypatch.setattr(engine_client, "has_amx", lambda: False)
     backend = HostedBackend("llama.cpp")
     backend.load(smollm_path, LoadOptions(n_ctx=4096, log_path=tmp_path / "engine.log"))
     from tokenizer import load_tokenizer

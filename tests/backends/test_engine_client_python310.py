@@ -2,8 +2,8 @@
 
 pyproject allows Python >= 3.10, and Popen's ``process_group`` keyword is 3.11's: every local chat
 failed on 3.10.13 with "unexpected keyword argument 'process_group'".  This starts the real engine
-child (:class:`backends.hosted._Child`) from a real Python 3.10 interpreter, when this machine has
-one, and checks what tests/backends/test_engine_host.py checks on the suite's own Python: the
+child (:class:`backends.engine_client._Child`) from a real Python 3.10 interpreter, when this machine has
+one, and checks what tests/backends/test_engine_process.py checks on the suite's own Python: the
 child leads a process group of its own and stays in the caller's session.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = textwrap.dedent("""
     import json, os, sys, tempfile
     from pathlib import Path
-    from backends.hosted import _Child
+    from backends.engine_client import _Child
 
     child = _Child(Path(tempfile.mkdtemp()) / "engine.log")
     pid = child.proc.pid

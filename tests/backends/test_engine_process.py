@@ -1,6 +1,6 @@
 """The engine host: llama.cpp in its own process, killed by real signals mid-reply.
 
-The child is the real ``python -m backends.engine_host`` running the real
+The child is the real ``python -m backends.engine_process`` running the real
 llama.cpp on SmolLM2; the crashes are real signals sent to it with
 ``os.kill``.  After each one the caller gets one line naming the signal, the
 engine and its log, and the next reply comes from a fresh engine.
@@ -16,9 +16,10 @@ from dataclasses import replace
 
 import pytest
 
-import backends.hosted as hosted_module
+import backends.engine_client as hosted_module
 from backends.base import BackendError, LoadOptions, SamplingParams
-from backends.hosted import EngineCrashed, HostedBackend, describe_exit
+from backends.engine_client import EngineCrashed, HostedBackend, describe_exit
+from backends.engine_wire import ENGINE_PROCESS_MODULE
 from backends.model_meta import read_model_meta
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, repeat_penalty=1.0)
@@ -131,7 +132,7 @@ def test_closing_ends_the_engine_process(smollm_path, tmp_path):
     assert child.returncode == 0, (child.returncode, closed_in)
     assert "Fatal Python error" not in (tmp_path / "engine.log").read_text()
     # reaped by close(): the pid no longer names our child
-    assert not os.path.exists(f"/proc/{pid}") or "engine_host" not in open(f"/proc/{pid}/cmdline").read()
+    assert not os.path.exists(f"/proc/{pid}") or ENGINE_PROCESS_MODULE not in open(f"/proc/{pid}/cmdline").read()
 
 
 def test_the_engine_shares_the_chats_session_in_its_own_process_group(hosted):
@@ -148,7 +149,7 @@ def test_the_engine_shares_the_chats_session_in_its_own_process_group(hosted):
 
 def test_the_engine_ends_when_its_parent_is_killed(smollm_path, tmp_path):
     script = (
-        "import sys, time; from pathlib import Path; from backends.hosted import HostedBackend; "
+        "import sys, time; from pathlib import Path; from backends.engine_client import HostedBackend; "
         "from backends.base import LoadOptions; b = HostedBackend('llama.cpp'); "
         "b.load(Path(sys.argv[1]), LoadOptions(n_ctx=512, log_path=Path(sys.argv[2]))); "
         "print(b.pid, flush=True); time.sleep(600)"

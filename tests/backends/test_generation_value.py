@@ -179,7 +179,7 @@ REPEAT = "Copy this text exactly: The quick brown fox jumps over the lazy dog. T
 def test_llama_cpp_draft_counts_come_with_the_generation(smollm_path, tmp_path, vocab, hosted):
     """Prompt lookup on a reply that copies its prompt: the counts are in this reply's stats (through the
     pipe too), and a reply with speculation off has none."""
-    from backends.hosted import HostedBackend
+    from backends.engine_client import HostedBackend
     from backends.llama_cpp import LlamaCppBackend
 
     pair = {}
@@ -203,7 +203,7 @@ def test_llama_cpp_draft_counts_come_with_the_generation(smollm_path, tmp_path, 
 
 
 def test_the_engine_process_maps_its_messages_onto_the_stats(smollm_path, tmp_path, vocab):
-    from backends.hosted import HostedBackend
+    from backends.engine_client import HostedBackend
 
     backend = HostedBackend("llama.cpp")
     backend.load(smollm_path, LoadOptions(n_ctx=2048, log_path=tmp_path / "engine.log"))

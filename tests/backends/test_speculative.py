@@ -348,7 +348,7 @@ def test_cancel_stops_and_leaves_an_exact_cache(pair, qwen_tok):
 
 
 def test_counts_cross_the_engine_process(qwen_path, qwen_tok, tmp_path):
-    from backends.hosted import HostedBackend
+    from backends.engine_client import HostedBackend
 
     hosted = HostedBackend("llama.cpp")
     hosted.load(qwen_path, LoadOptions(n_ctx=2048, speculative="auto", log_path=tmp_path / "engine.log"))

@@ -17,6 +17,7 @@ import pytest
 from conftest import child_env
 
 from app.history.store import ChatStore
+from backends.engine_wire import ENGINE_PROCESS_MODULE
 
 STORY = "Write a very long story about a dragon who learns to cook, with many chapters."
 
@@ -33,7 +34,7 @@ def engine_pids(parent: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"backends.engine_host" in cmdline:
+        if ppid == parent and ENGINE_PROCESS_MODULE.encode() in cmdline:
             found.append(int(entry.name))
     return found
 

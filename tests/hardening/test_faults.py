@@ -25,6 +25,7 @@ from app.history.recorder import HistoryRecorder
 from app.conversation.session import ChatMessage, ChatSession
 from app.history.store import ChatStore
 from backends import SamplingParams
+from backends.engine_wire import ENGINE_PROCESS_MODULE
 from backends.scripted import ScriptedBackend
 from templates import resolve_template
 from tokenizer import load_tokenizer
@@ -306,7 +307,7 @@ def engine_pids(parent: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes() if stat else b""
         except OSError:  # a process that ended while the list was read
             continue
-        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"backends.engine_host" in cmdline:
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == parent and ENGINE_PROCESS_MODULE.encode() in cmdline:
             found.append(int(entry.name))
     return found
 

@@ -38,7 +38,7 @@ def test_plain_headless_answer_imports_only_what_it_uses(smollm_path, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
                           check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    # the engine ran in its own process (backends.hosted): the chat's interpreter never loaded llama_cpp
+    # the engine ran in its own process (backends.engine_client): the chat's interpreter never loaded llama_cpp
     assert result["code"] == 0 and not result["engine"]
     assert result["loaded"] == [], {m: NOT_NEEDED[m] for m in result["loaded"]}
     assert (tmp_path / "data" / "history.sqlite3").is_file()  # the history was written: a real run

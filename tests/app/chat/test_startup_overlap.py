@@ -1,6 +1,6 @@
 """Opening a chat starts the engine first and reads the tokenizer while the engine loads.
 
-The engine is the real ``python -m backends.engine_host`` child loading SmolLM2
+The engine is the real ``python -m backends.engine_process`` child loading SmolLM2
 through llama.cpp; what is checked is the order of events, never a duration:
 the engine's process starts while the tokenizer is being read, and an error
 in the tokenizer (or Ctrl-C) leaves no engine behind.
@@ -17,6 +17,7 @@ import app.models.header as model_header
 from app.chat.open import open_chat
 from app.settings.options import ChatOptions
 from backends import SamplingParams
+from backends.engine_wire import ENGINE_PROCESS_MODULE
 
 
 #: engine children this process had before the running test began (another test's, in this worker):
@@ -43,7 +44,7 @@ def _engine_children() -> list[int]:
         for pid in children:
             try:
                 if (int(pid) not in _EARLIER
-                        and "backends.engine_host" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")):
+                        and ENGINE_PROCESS_MODULE in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")):
                     found.append(int(pid))
             except OSError:
                 continue  # ended between the two reads
@@ -146,9 +147,9 @@ def test_a_command_line_error_before_the_load_leaves_no_engine(tmp_path, monkeyp
 
     code = app.cli.main(["--model", str(tmp_path / "missing.gguf"), "--prompt", "Hi"])
     assert code == 2 and "missing.gguf" in capsys.readouterr().err
-    import backends.hosted
+    import backends.engine_client
 
-    assert backends.hosted._spare is None
+    assert backends.engine_client._spare is None
     assert _wait_gone(_engine_children())
 
 

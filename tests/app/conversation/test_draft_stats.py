@@ -73,7 +73,7 @@ def test_a_continued_reply_adds_both_parts_counts(smollm_path):
 def test_a_real_engines_counts_reach_a_reply_that_ends_at_its_stop_id(qwen_path, tmp_path):
     """The session stops reading at the stop id: counts sent only after the last id would be lost."""
     from backends.base import LoadOptions
-    from backends.hosted import HostedBackend
+    from backends.engine_client import HostedBackend
     from tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(qwen_path)

@@ -14,7 +14,7 @@ import time
 
 from app.conversation.session import ChatSession
 from backends.base import LoadOptions, SamplingParams
-from backends.hosted import HostedBackend
+from backends.engine_client import HostedBackend
 from templates import resolve_template
 from tokenizer import load_tokenizer
 
