@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from backends.timeouts import TOOL_S
+
 #: the places a CUDA toolkit is installed when ``nvcc`` is not on PATH
 _CUDA_HOMES = ("CUDA_HOME", "CUDA_PATH")
 _CUDA_DEFAULT = Path("/usr/local/cuda")
@@ -73,9 +75,9 @@ Runner = Callable[[list[str]], "str | None"]
 
 
 def _run(cmd: list[str]) -> str | None:
-    """A tool's stdout, or None when it is missing, fails or hangs (5 s)."""
+    """A tool's stdout, or None when it is missing, fails or hangs (:data:`~backends.timeouts.TOOL_S`)."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=5)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_S)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None

@@ -44,14 +44,11 @@ from backends.base import (
 )
 from backends.cpu import has_amx
 from backends.engine_wire import (
-    ENGINE_PROCESS_MODULE, Cancel, Close, Done, EngineGone, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed,
-    Progress, Request, WireError, decode,
+    ENGINE_PROCESS_MODULE, Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress,
+    Request, WireError, decode,
 )
-
-#: how often a waiting caller re-checks the cancel flag, in seconds
-_POLL_S = 0.02
-#: how long closing waits for the child to end by itself before it is killed
-CLOSE_TIMEOUT_S = 10.0
+from backends.handoff import ENDED, Ended, drain
+from backends.timeouts import ENGINE_CLOSE_S
 #: the repository root, so that ``-m backends.engine_process`` imports this very tree
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +137,7 @@ class _Child:
                     self.answers.put(decode(line))
                 except WireError:
                     continue  # not ours: the engine answers in engine_wire's messages only
-        self.answers.put(EngineGone())
+        self.answers.put(ENDED)  # the pipe closed: the one way an engine's death reaches the code waiting
 
     def send(self, message: Request) -> bool:
         """Write one request; False if the child is gone (its crash is reported by the reader)."""
@@ -158,7 +155,7 @@ class _Child:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+    def stop(self, timeout: float = ENGINE_CLOSE_S) -> None:
         if self.proc.poll() is None:
             self.send(Close())
             try:
@@ -287,7 +284,7 @@ class HostedBackend:
         child.send(Load(self.engine, self.device, str(self._model_path), wire_options, facts))
         answer = child.answers.get()
         if not isinstance(answer, Loaded):
-            if isinstance(answer, EngineGone):
+            if isinstance(answer, Ended):
                 code = child.proc.wait()
                 if amx_fault(child, code, options):
                     child.stop()
@@ -370,32 +367,7 @@ class HostedBackend:
         shown = 0
         finished = False
         try:
-            while True:
-                if cancel.is_set():
-                    return
-                try:
-                    answer = child.answers.get(timeout=_POLL_S)
-                except queue.Empty:
-                    continue
-                if isinstance(answer, EngineGone):
-                    crash = self._crash(child)
-                    if shown == 0 and self._options is not None and amx_fault(child, crash.returncode, self._options):
-                        self._safe_restart_options()
-                        self._start()
-                        yield from self._stream(prompt, sampling, stops, stats, on_progress)
-                        return
-                    if shown == 0 and not retried:
-                        # dead before it answered anything: most likely it died while idle and was still
-                        # going down when ``generate`` looked (a process whose main thread is a zombie while
-                        # another thread ends is not reaped yet); a fresh engine answers this same request,
-                        # once (a request that itself kills the engine then costs one line, as before)
-                        when = "while evaluating the prompt" if started is not None else "while idle"
-                        stats.notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} "
-                                        f"{when} and was started again (engine log: {self.log_path})")
-                        self._start()
-                        yield from self._stream(prompt, sampling, stops, stats, on_progress, retried=True)
-                        return
-                    raise crash
+            for answer in drain(child.answers, cancel.is_set):
                 if getattr(answer, "job", None) != job:
                     continue  # a late answer of a cancelled job
                 if isinstance(answer, Progress):
@@ -419,6 +391,27 @@ class HostedBackend:
                 elif isinstance(answer, Failed):
                     finished = True
                     raise BackendError(answer.error)
+            if cancel.is_set():
+                return
+            # the pipe ended before the reply did: the engine is gone
+            crash = self._crash(child)
+            if shown == 0 and self._options is not None and amx_fault(child, crash.returncode, self._options):
+                self._safe_restart_options()
+                self._start()
+                yield from self._stream(prompt, sampling, stops, stats, on_progress)
+                return
+            if shown == 0 and not retried:
+                # dead before it answered anything: most likely it died while idle and was still
+                # going down when ``generate`` looked (a process whose main thread is a zombie while
+                # another thread ends is not reaped yet); a fresh engine answers this same request,
+                # once (a request that itself kills the engine then costs one line, as before)
+                when = "while evaluating the prompt" if started is not None else "while idle"
+                stats.notice = (f"the {self.engine} engine {describe_exit(crash.returncode)} "
+                                f"{when} and was started again (engine log: {self.log_path})")
+                self._start()
+                yield from self._stream(prompt, sampling, stops, stats, on_progress, retried=True)
+                return
+            raise crash
         finally:
             if not finished and not cancel.is_set() and self._child is child:
                 # a caller that stops iterating early also stops the engine

@@ -15,9 +15,9 @@ evaluated, :class:`Ids` for every generated id (with the evaluated-prompt
 count and the draft counts current at that id, since the chat stops reading
 at a stop id), then :class:`Done` (with the finish reason) or :class:`Failed`.
 These are the fields of the engine's :class:`backends.base.GenerationStats`,
-filled in again on the chat's side.  :class:`EngineGone` is
-never sent: the chat's reader puts it in the queue when the pipe closes, the
-one way an engine's death reaches the code waiting for an answer.
+filled in again on the chat's side.  When the pipe closes, the chat's reader
+puts :data:`backends.handoff.ENDED` in its queue, the end marker every id
+hand-off uses: the one way an engine's death reaches the code waiting.
 """
 from __future__ import annotations
 
@@ -102,11 +102,6 @@ class Done:
 class Failed:
     job: int
     error: str
-
-
-@dataclass(frozen=True)
-class EngineGone:
-    """Not a message: the pipe closed (the engine ended or died)."""
 
 
 Request = Union[Load, Generate, Cancel, Close]

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backends.timeouts import TOOL_S
+
 MIB = 1 << 20
 #: kept free for llama.cpp's compute buffers, the CUDA context and cuBLAS workspaces
 RESERVE_BYTES = 768 * MIB
@@ -99,7 +101,7 @@ def free_vram_bytes(run=subprocess.run) -> int | None:
     """Free memory of the first NVIDIA GPU, from ``nvidia-smi`` (None where it cannot say)."""
     try:
         done = run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                   capture_output=True, text=True, timeout=5)
+                   capture_output=True, text=True, timeout=TOOL_S)
     except (OSError, subprocess.SubprocessError):
         return None
     first = (done.stdout or "").strip().splitlines()[:1]

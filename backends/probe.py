@@ -23,11 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
 
+from backends.timeouts import TOOL_S
+
 #: PCI vendor ids in /sys/class/drm/*/device/vendor
 VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
 #: GPU backends a llama-cpp-python build can ship, by library name
 LLAMA_GPU_LIBS = ("cuda", "hip", "vulkan", "metal", "sycl", "opencl")
-TOOL_TIMEOUT_S = 5.0
 #: the engines whose own answers detection can ask for (importing each costs 0.1 to 0.3 s)
 RUNTIMES = ("llama_cpp", "openvino", "mlx")
 
@@ -185,7 +186,7 @@ class SystemProbe:
         if exe is None:
             return None
         try:
-            done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+            done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=TOOL_S, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return ""
         return done.stdout if done.returncode == 0 else ""

@@ -47,10 +47,9 @@ from backends.base import (
     BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, PromptProgress,
     SamplingParams, checked_prompt, resolve_seed,
 )
+from backends.handoff import ENDED, Failed, drain
 from backends.remote_protocol import Adapter, Request, ServerInfo, error_message
-
-#: how often the consumer re-checks cancel and its deadlines, in seconds
-_POLL_S = 0.05
+from backends.timeouts import REMOTE_CONNECT_S, REMOTE_FIRST_TOKEN_S, REMOTE_IDLE_S
 
 
 @dataclass
@@ -60,9 +59,9 @@ class RemoteSettings:
     url: str
     kind: str = "auto"  # auto | llamacpp | vllm | sglang
     api_key: str | None = None
-    connect_timeout_s: float = 10.0
-    first_token_timeout_s: float = 300.0
-    idle_timeout_s: float = 60.0
+    connect_timeout_s: float = REMOTE_CONNECT_S
+    first_token_timeout_s: float = REMOTE_FIRST_TOKEN_S
+    idle_timeout_s: float = REMOTE_IDLE_S
     verify_tls: bool = True
     #: skip the vocabulary check at connect (the ids may then mean other text on the server)
     trust_server_vocab: bool = False
@@ -184,11 +183,22 @@ def _open_stream(client: Any, request: Request, timeout: Any, trace: Any,
         return
 
 
+@dataclass(frozen=True)
+class _Ids:
+    """What one server event carried: its ids, the server's count of ids so far, and whether it moved the
+    turn on (ids or new prompt progress; only that holds off the first-token and idle deadlines)."""
+
+    ids: list[int]
+    count: int | None
+    advanced: bool
+
+
 class _Stream:
     """One turn's HTTP stream read on its own thread; :meth:`abort` ends it from any thread."""
 
     def __init__(self, backend: "RemoteBackend", request: Request, parser: Any, report: ProgressListener) -> None:
-        self.events: queue.Queue = queue.Queue()  # ("ids", ids, server_count) | ("error", exc) | ("end", None)
+        #: :class:`_Ids`, then the end marker (:mod:`backends.handoff`): ``ENDED`` or ``Failed(error)``
+        self.events: queue.Queue = queue.Queue()
         self._backend = backend
         self._request = request
         self.parser = parser
@@ -246,21 +256,21 @@ class _Stream:
                     # an event moves the turn on when it carries ids or new prompt progress: only then does
                     # it hold off the first-token and idle deadlines (an endless run of empty events does not)
                     advanced = bool(ids) or progress != progress_before
-                    self.events.put(("ids", ids, self.parser.counts.completion_tokens, advanced))
+                    self.events.put(_Ids(ids, self.parser.counts.completion_tokens, advanced))
                     # read on after the finish event: vLLM's last chunk carries the usage
         except BackendError as exc:
-            self.events.put(("error", exc))
+            self.events.put(Failed(exc))
         except (json.JSONDecodeError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
-            self.events.put(("error", BackendError(f"the server at {url} sent an event that is not JSON ({why})")))
+            self.events.put(Failed(BackendError(f"the server at {url} sent an event that is not JSON ({why})")))
         except (httpx.HTTPError, OSError) as exc:
             if not self._aborted.is_set():
-                self.events.put(("error", _transport_error(exc, url, streaming=True)))
+                self.events.put(Failed(_transport_error(exc, url, streaming=True)))
         except RuntimeError as exc:  # httpx: the client was closed (the chat ended) before this request began
             if not self._aborted.is_set():
-                self.events.put(("error", BackendError(f"the connection to {url} was closed ({exc})")))
+                self.events.put(Failed(BackendError(f"the connection to {url} was closed ({exc})")))
         finally:
-            self.events.put(("end", None))
+            self.events.put(ENDED)
 
     def start(self) -> None:
         self.thread.start()
@@ -402,28 +412,20 @@ class RemoteBackend:
         stopped = False
         last = time.monotonic()
         stream.start()
+
+        def silence() -> None:
+            self._check_patience(time.monotonic() - last, bool(received))
+
         try:
-            while not stopped:
-                if self._cancel.is_set():
-                    return
-                try:
-                    item = stream.events.get(timeout=_POLL_S)
-                except queue.Empty:
-                    item = None
-                if item is None or (item[0] == "ids" and not item[3]):
-                    # silence, or an event that moves nothing on: both count against the deadline (a server
+            for event in drain(stream.events, self._cancel.is_set, on_silence=silence):
+                assert isinstance(event, _Ids)
+                if not event.advanced:
+                    # an event that moves nothing on counts against the deadline as silence does (a server
                     # sending empty events faster than the poll never leaves the queue empty)
-                    self._check_patience(time.monotonic() - last, bool(received))
-                    if item is None:
-                        continue
-                if item[0] == "end":
-                    ended = True
-                    break
-                if item[0] == "error":
-                    raise item[1]
-                ids, count, advanced = item[1], item[2], item[3]
-                if advanced:
+                    silence()
+                else:
                     last = time.monotonic()
+                ids, count = event.ids, event.count
                 for n, token in enumerate(ids):
                     if self.vocab_size and not 0 <= token < self.vocab_size:
                         raise BackendError(f"the server at {self.settings.url} sent token id {token}, outside "
@@ -437,8 +439,11 @@ class RemoteBackend:
                     if token in stops or len(received) >= sampling.max_tokens or self._cancel.is_set():
                         stopped = True
                         break
+                if stopped:
+                    break
                 if not ids and count is not None:
                     expected = count
+            ended = not stopped  # the stream ran out: the server finished (or the cancel below ended it)
             if self._cancel.is_set():
                 return  # cancel() closed the stream: its end is ours, not the server's
             if ended and parser.finished():

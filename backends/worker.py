@@ -30,15 +30,12 @@ import weakref
 from typing import Callable, Iterator
 
 from backends.base import BackendError
+from backends.handoff import ENDED, Failed, drain
+from backends.timeouts import ENGINE_CLOSE_S
 
 #: emit(token_id) pushes one id to the caller; cancelled() says "stop now"
 Job = Callable[[Callable[[int], None], Callable[[], bool]], None]
 
-_DONE = object()
-#: how often a waiting caller re-checks the cancel flag, in seconds
-_POLL_S = 0.02
-#: how long closing waits for the engine to finish its current step, in seconds
-CLOSE_TIMEOUT_S = 30.0
 #: every worker not yet closed, so that the exit hook can join it
 _LIVE: "weakref.WeakSet[GenerationWorker]" = weakref.WeakSet()
 #: engine clean-ups for the main thread, run at exit after every worker was joined
@@ -49,13 +46,6 @@ def run_at_exit(cleanup: Callable[[], object]) -> None:
     """Run ``cleanup`` on the main thread at exit, after every worker thread has ended (once per function)."""
     if cleanup not in _EXIT_CLEANUPS:
         _EXIT_CLEANUPS.append(cleanup)
-
-
-class _Failure:
-    """An exception raised by a job, carried through the queue to the caller."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 class GenerationWorker:
@@ -80,10 +70,14 @@ class GenerationWorker:
             job, out, cancel = item
             try:
                 job(out.put, cancel.is_set)
-            except BaseException as exc:  # carried to the caller, re-raised there
-                out.put(_Failure(exc))
+            except BackendError as exc:  # carried to the caller, raised there
+                out.put(Failed(exc))
+            except BaseException as exc:  # an engine's own error: said in the backends' words
+                error = BackendError(f"the engine failed while generating: {exc}")
+                error.__cause__ = exc
+                out.put(Failed(error))
             finally:
-                out.put(_DONE)
+                out.put(ENDED)  # after a Failed the caller has stopped reading: this one is never read
                 self._idle.set()
 
     def call(self, fn: Callable[[], object]) -> object:
@@ -115,20 +109,7 @@ class GenerationWorker:
         out: queue.Queue = queue.Queue()
         self._jobs.put((job, out, cancel))
         try:
-            while True:
-                if cancel.is_set():
-                    return
-                try:
-                    item = out.get(timeout=_POLL_S)
-                except queue.Empty:
-                    continue
-                if item is _DONE:
-                    return
-                if isinstance(item, _Failure):
-                    if isinstance(item.exc, BackendError):
-                        raise item.exc
-                    raise BackendError(f"the engine failed while generating: {item.exc}") from item.exc
-                yield item
+            yield from drain(out, cancel.is_set)  # type: ignore[misc]  # the job emits ids only
         finally:
             # a caller that stops iterating early (break, close) also stops the engine
             cancel.set()
@@ -141,7 +122,7 @@ class GenerationWorker:
         """Wait until the engine finished its last job; False on timeout."""
         return self._idle.wait(timeout)
 
-    def close(self, release: Callable[[], object] | None = None, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+    def close(self, release: Callable[[], object] | None = None, timeout: float = ENGINE_CLOSE_S) -> bool:
         """Stop the running job, run ``release`` on the thread, end the thread and join it.
 
         ``release`` drops the engine's objects on the thread that made and used
@@ -163,7 +144,7 @@ class GenerationWorker:
             joined = self.join(timeout)
         return joined
 
-    def join(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+    def join(self, timeout: float = ENGINE_CLOSE_S) -> bool:
         """Wait for the thread to end; True when it has."""
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -174,6 +155,6 @@ class GenerationWorker:
 def _close_all_workers() -> None:
     """Join every worker still open before the interpreter finalizes (see the module docstring)."""
     for worker in list(_LIVE):
-        worker.close(timeout=10.0)
+        worker.close(timeout=ENGINE_CLOSE_S)
     for cleanup in _EXIT_CLEANUPS:
         cleanup()

@@ -23,6 +23,7 @@ from app.settings.config import (SCHEMA, SERVER_PRESETS, ConfigError, check_valu
                                  user_config_path)
 from app.settings.toml_lines import located
 from backends.remote import RemoteSettings
+from backends.timeouts import REMOTE_CONNECT_S, REMOTE_FIRST_TOKEN_S, REMOTE_IDLE_S
 
 API_KEY_ENV = "TOKCHAT_API_KEY"
 #: a preset's keys: the [server] settings plus the tokenizer source
@@ -107,9 +108,9 @@ def remote_settings(server: dict[str, Any], api_key_from_flag: bool) -> RemoteSe
     return RemoteSettings(
         url=url, kind=server.get("kind") or "auto", api_key=key,
         trust_server_vocab=bool(server.get("trust_vocab")),
-        connect_timeout_s=float(server.get("connect_timeout") or 10.0),
-        first_token_timeout_s=float(server.get("first_token_timeout") or 300.0),
-        idle_timeout_s=float(server.get("idle_timeout") or 60.0),
+        connect_timeout_s=float(server.get("connect_timeout") or REMOTE_CONNECT_S),
+        first_token_timeout_s=float(server.get("first_token_timeout") or REMOTE_FIRST_TOKEN_S),
+        idle_timeout_s=float(server.get("idle_timeout") or REMOTE_IDLE_S),
     )
 
 
