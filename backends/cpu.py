@@ -92,8 +92,8 @@ def llama_default_threads() -> int:
     container's affinity mask), which llama.cpp does not look at.
 
     tokchat used to keep one core for the UI; with the engine in its own
-    process the UI costs almost nothing while a reply streams, and on this
-    project's 2-core machine 2 threads decoded Qwen2.5-Coder-0.5B at 27.9
-    tok/s against 15 with 1 (issue 21), so llama.cpp's default stands.
+    process the UI costs almost nothing while a reply streams, and every
+    thread decodes measurably faster (docs/engine.md, "Figures behind the
+    code's choices"), so llama.cpp's default stands.
     """
     return max(1, min(physical_cores(), available_cpus()))

@@ -120,8 +120,8 @@ class _Child:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 # its own process group (Ctrl-C at the terminal reaches the chat, not the engine; killpg ends
                 # what it forked) but the chat's session: a new session is a new scheduling autogroup, and
-                # the engine then competed with the chat's own session as a stranger (measured: 48 -> 3.6
-                # tok/s beside four nice-19 jobs started from the same terminal)
+                # the engine then competed with the chat's own session as a stranger, many times slower
+                # beside niced jobs of the same terminal (docs/engine.md, "Figures behind the code's choices")
                 stderr=log, env=env, **own_process_group(),
             )
         self.answers: queue.Queue = queue.Queue()

@@ -140,7 +140,7 @@ class LlamaCppBackend:
         gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers)
         threads = options.n_threads or default_threads()
         # on a GPU, llama.cpp's own logical batch (2048, as llama-server): 256-id calls left the GPU idle
-        # between them (prompt 20,150 vs llama-server's 26,936 ids/s on an H100, 4,000 ids)
+        # between them, behind llama-server's prompt speed (docs/engine.md, "Figures behind the code's choices")
         n_batch = GPU_PREFILL_CHUNK if gpu_layers != 0 else 512
         self._prefill_chunk = GPU_PREFILL_CHUNK if gpu_layers != 0 else PREFILL_CHUNK
         params = EngineParams(n_ctx=n_ctx, n_threads=threads, n_gpu_layers=gpu_layers,

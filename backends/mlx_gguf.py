@@ -116,7 +116,8 @@ def load_gguf_model(meta: ModelMeta):
         raise BackendError("this GGUF uses llama-3 RoPE frequency scaling, which tokchat's MLX loader does not build")
     weights = {map_name(name): array for name, array in raw.items()}
     if not mx.metal.is_available():
-        # CPU kernels for float16 are very slow (a 16-row quantized matmul: 1.2 s vs 30 ms in float32)
+        # CPU kernels for float16 are many times slower than float32 (measured: docs/engine.md, "Figures
+        # behind the code's choices")
         weights = {k: v.astype(mx.float32) if v.dtype == mx.float16 else v for k, v in weights.items()}
     module, args = _model_args(meta, weights)
     model = module.Model(args)

@@ -160,9 +160,8 @@ class OpenVINOBackend:
             properties["scheduler_config"] = scheduler
         precision_note = ""
         if family == "CPU" and core.get_property("CPU", "INFERENCE_PRECISION_HINT") == ov.Type.bf16:
-            # On a Xeon with AMX (2 vCPUs, SmolLM2 Q4_1) OpenVINO's bf16 default decoded 71 tok/s against 100 in
-            # f32 and answered worse ("a spider's legs have 18" where f32 says 8); only prompt evaluation was
-            # faster (3,000 vs 1,500 ids/s, both far above llama.cpp's 200).  A chat feels decode.
+            # On a CPU with AMX OpenVINO's bf16 default decoded slower than f32 and answered worse; only prompt
+            # evaluation was faster, and a chat feels decode (docs/engine.md, "Figures behind the code's choices")
             properties["INFERENCE_PRECISION_HINT"] = "f32"
             precision_note = F32_NOTE
         self._worker = GenerationWorker("openvino")

@@ -8,7 +8,8 @@ Three sources, all injectable so tests can simulate any machine:
 - tools on a PATH: ``nvidia-smi``, ``rocminfo``, ``sysctl`` (Rosetta check);
 - the engines' own answers (:class:`RuntimeAnswers`): what llama-cpp-python
   was built with, which devices OpenVINO sees, whether MLX has Metal.  Each
-  costs an import of 0.1 to 0.3 s, so the caller may ask only some of them.
+  costs an import of the engine's library (a noticeable part of start-up:
+  docs/engine.md), so the caller may ask only some of them.
 
 Nothing here decides anything; :mod:`backends.detect` does.
 """
@@ -29,7 +30,7 @@ from backends.timeouts import TOOL_S
 VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
 #: GPU backends a llama-cpp-python build can ship, by library name
 LLAMA_GPU_LIBS = ("cuda", "hip", "vulkan", "metal", "sycl", "opencl")
-#: the engines whose own answers detection can ask for (importing each costs 0.1 to 0.3 s)
+#: the engines whose own answers detection can ask for (importing each is a noticeable part of start-up)
 RUNTIMES = ("llama_cpp", "openvino", "mlx")
 
 

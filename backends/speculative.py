@@ -39,11 +39,10 @@ class DrafterConfig:
     """How the n-gram drafter looks up and how much it proposes (tuned by ``bench/bench_speculative.py``)."""
 
     #: lookup lengths, longest first: a longer match disambiguates repeated code, a shorter one finds more;
-    #: a 3-id match drafted wrong runs (bench_speculative's rewrite: 303 drafted / 287 kept with it, 285 / 285
-    #: without, 90.7 -> 94.7 tok/s)
+    #: a 3-id match drafted wrong runs and was slower on bench_speculative's rewrite (docs/speculative.md)
     sizes: tuple[int, ...] = (24, 12, 6)
-    #: the most ids one draft proposes (a copied run verified 128 ids a batch: 94.7 -> 100.1 tok/s on the same
-    #: rewrite; 16 and 32 were slower than 64); a failed draft halves the next one
+    #: the most ids one draft proposes (a copied run verified 128 ids a batch, faster on the same rewrite than
+    #: 64, 32 or 16: docs/speculative.md); a failed draft halves the next one
     max_draft: int = 128
     #: the fewest ids worth a batch (a 1-id draft rarely pays for the batch)
     min_draft: int = 2

@@ -216,9 +216,9 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
 
 def _prepare(tokenizer: Any, template: Any) -> None:
     """Build now, while the engine loads, what the first reply would otherwise wait for after it: the
-    tokenizer's merge table (built at the first encode: 27 ms for Qwen's) and the template's compiled
-    form (30 ms for Qwen's).  Measured on a one-shot ``--prompt``: both sat between "engine loaded"
-    and the first request."""
+    tokenizer's merge table (built at the first encode) and the template's compiled form.  Measured on
+    a one-shot ``--prompt``, both sat between "engine loaded" and the first request (docs/engine.md,
+    "Figures behind the code's choices")."""
     from templates import TemplateError
 
     tokenizer.encode("Hello")
