@@ -15,11 +15,11 @@ def open_backend(model_path, options: LoadOptions, probe=None) -> Backend:
     return _open(model_path, options, probe)
 
 
-def start_backend(model_path, options: LoadOptions, probe=None):
+def start_backend(model_path, options: LoadOptions, probe=None, spare=None):
     """:func:`open_backend` on a thread: see :func:`backends.registry.start_backend`."""
     from backends.registry import start_backend as _start
 
-    return _start(model_path, options, probe)
+    return _start(model_path, options, probe, spare)
 
 
 __all__ = ["Backend", "BackendError", "BackendInfo", "LoadOptions", "SamplingParams", "open_backend", "start_backend"]

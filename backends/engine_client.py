@@ -176,51 +176,49 @@ class _Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-#: an engine process started before its model was known (:func:`prestart_engine`), waiting to be adopted
-_spare: _Child | None = None
-_spare_lock = threading.Lock()
+class SpareEngine:
+    """An engine process started before its model, options or backend are known, waiting to be adopted.
 
+    A chat spends its first few hundred milliseconds on settings, the model's header and presets
+    before it can ask for a load; the engine process needs about as long to start Python and import
+    its library.  Started at the top of the command line, the two overlap: the :class:`HostedBackend`
+    handed this spare adopts its process (:meth:`take`) instead of starting one, so a one-shot
+    ``--prompt`` starts its engine before our own imports are done.  ``warm`` names the engine whose
+    library the process imports meanwhile (llama.cpp, the engine nearly every machine ends with).
 
-def prestart_engine(warm: str | None = "llama.cpp", log_path: Path | None = None) -> None:
-    """Start an engine process now, before the chat knows its model, options or backend.
-
-    A chat spends its first few hundred milliseconds on settings, the model's header and
-    presets before it can ask for a load; the engine process needs about as long to start
-    Python and import its library.  Started here, at the top of the command line, the two
-    overlap: the first :class:`HostedBackend` to start an engine adopts this process
-    (:func:`_take_spare`), so a one-shot ``--prompt`` starts its engine before our own
-    imports are done.  ``warm`` names the engine whose library the process imports
-    meanwhile (llama.cpp, the engine nearly every machine ends with).  An unadopted spare
-    ends by itself when this process does (its stdin closes), or at :func:`discard_spare`.
+    Owned by whoever started it (:class:`app.chat.early.EarlyEngine`): no module keeps one.  A spare
+    never adopted ends at :meth:`discard`, or by itself when this process ends (its stdin closes).
     """
-    global _spare
-    from backends.engine_log import default_log_path
 
-    with _spare_lock:
-        if _spare is None:
-            _spare = _Child(log_path or default_log_path(), warm=warm)
+    def __init__(self, warm: str | None = "llama.cpp", log_path: Path | None = None) -> None:
+        from backends.engine_log import default_log_path
 
+        self._lock = threading.Lock()
+        self._child: _Child | None = _Child(log_path or default_log_path(), warm=warm)
 
-def _take_spare(log_path: Path) -> _Child | None:
-    """The pre-started engine process if it writes to ``log_path`` and still runs; else None (it is stopped)."""
-    global _spare
-    with _spare_lock:
-        child, _spare = _spare, None
-    if child is None:
-        return None
-    if child.log_path == log_path and child.proc.poll() is None:
-        return child
-    child.stop()
-    return None
+    @property
+    def pid(self) -> int | None:
+        """The waiting process's id; None once it was taken or discarded."""
+        child = self._child
+        return child.proc.pid if child is not None else None
 
-
-def discard_spare() -> None:
-    """Stop the pre-started engine process, if any (the chat turned out to need none: a ``--server`` chat)."""
-    global _spare
-    with _spare_lock:
-        child, _spare = _spare, None
-    if child is not None:
+    def take(self, log_path: Path) -> _Child | None:
+        """The process, once, if it writes to ``log_path`` and still runs; else None (and it is stopped)."""
+        with self._lock:
+            child, self._child = self._child, None
+        if child is None:
+            return None
+        if child.log_path == log_path and child.proc.poll() is None:
+            return child
         child.stop()
+        return None
+
+    def discard(self) -> None:
+        """Stop the process if no backend took it (the chat needed none: a ``--server`` chat, an error)."""
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None:
+            child.stop()
 
 
 def amx_fault_record() -> Path:
@@ -242,9 +240,11 @@ def amx_fault(child: _Child, returncode: int | None, options: LoadOptions) -> bo
 class HostedBackend:
     """A backend of ``engine`` on ``device``, run in its own process; see the module docstring."""
 
-    def __init__(self, engine: str, device: str = "CPU") -> None:
+    def __init__(self, engine: str, device: str = "CPU", spare: SpareEngine | None = None) -> None:
         self.engine = engine
         self.device = device
+        #: a process started before the model was known, adopted by the first start (:class:`SpareEngine`)
+        self._spare = spare
         self.info = BackendInfo(backend=engine, device=device, model_name="", quantization="", context_size=0)
         self.log_path: Path | None = None
         self._child: _Child | None = None
@@ -271,7 +271,8 @@ class HostedBackend:
         assert self._model_path is not None and self._options is not None
         options = self._options
         self.log_path = Path(options.log_path) if options.log_path else default_log_path()
-        child = _take_spare(self.log_path) or _Child(self.log_path)
+        spare, self._spare = self._spare, None
+        child = (spare.take(self.log_path) if spare is not None else None) or _Child(self.log_path)
         wire_options = {k: v for k, v in asdict(replace(options, model_meta=None)).items() if k != "model_meta"}
         wire_options["log_path"] = str(self.log_path)
         wire_options["draft_model"] = str(options.draft_model) if options.draft_model else None

@@ -16,7 +16,7 @@ Sampling stays here, beside the logits; only ids cross the pipe.  ``meta``
 is the header's scalar facts as the chat read them (optional).
 
 ``--warm llama.cpp`` (a process started before its model is known, see
-:func:`backends.engine_client.prestart_engine`) imports that engine's library while
+:class:`backends.engine_client.SpareEngine`) imports that engine's library while
 the first request is still on its way.
 """
 from __future__ import annotations

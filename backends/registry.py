@@ -14,7 +14,7 @@ from typing import Callable
 
 from backends.base import Backend, BackendError, LoadOptions
 from backends.detect import Candidate, detect, plan
-from backends.engine_client import in_process
+from backends.engine_client import SpareEngine, in_process
 from backends.model_meta import is_mlx_dir
 from backends.probe import SystemProbe
 
@@ -41,15 +41,19 @@ def _mlx(c: Candidate) -> Backend:
 ENGINES: dict[str, Callable[[Candidate], Backend]] = {"llama.cpp": _llama, "openvino": _openvino, "mlx": _mlx}
 
 
-def hosted(c: Candidate) -> Backend:
-    """The engine of ``c`` in its own process (:mod:`backends.engine_client`)."""
+def hosted(c: Candidate, spare: SpareEngine | None = None) -> Backend:
+    """The engine of ``c`` in its own process (:mod:`backends.engine_client`), in ``spare``'s if given."""
     from backends.engine_client import HostedBackend
 
-    return HostedBackend(c.engine, c.device)
+    return HostedBackend(c.engine, c.device, spare=spare)
 
 
-def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> Backend:
-    """A loaded backend for ``model_path`` per ``options.backend`` (see :func:`backends.detect.plan`)."""
+def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None,
+                 spare: SpareEngine | None = None) -> Backend:
+    """A loaded backend for ``model_path`` per ``options.backend`` (see :func:`backends.detect.plan`).
+
+    ``spare``: an engine process started early (:class:`backends.engine_client.SpareEngine`); the first
+    candidate's engine runs in it.  Whoever handed it in still discards it if no candidate took it."""
     path = Path(model_path)
     if not path.exists():
         raise BackendError(f"model not found: {path}")
@@ -58,7 +62,7 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
     order = plan(report, options.backend, model_is_mlx=model_is_mlx)
     notes: list[str] = []
     for n, candidate in enumerate(order):
-        backend = ENGINES[candidate.engine](candidate) if in_process() else hosted(candidate)
+        backend = ENGINES[candidate.engine](candidate) if in_process() else hosted(candidate, spare)
         opts = options
         if candidate.engine != "openvino" and options.device:
             opts = replace(options, device=None)  # --device picks the OpenVINO device only
@@ -94,23 +98,28 @@ class PendingBackend:
     start-up then costs the longer of the two, not their sum.
     """
 
-    def __init__(self, model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> None:
+    def __init__(self, model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None,
+                 spare: SpareEngine | None = None) -> None:
         import threading
 
         self._backend: Backend | None = None
         self._error: BaseException | None = None
         self._discarded = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._open, args=(model_path, options, probe),
+        self._thread = threading.Thread(target=self._open, args=(model_path, options, probe, spare),
                                         name="tokchat-backend-load", daemon=True)
         self._thread.start()
 
-    def _open(self, model_path: Path | str, options: LoadOptions, probe: SystemProbe | None) -> None:
+    def _open(self, model_path: Path | str, options: LoadOptions, probe: SystemProbe | None,
+              spare: SpareEngine | None) -> None:
         try:
-            backend = open_backend(model_path, options, probe)
+            backend = open_backend(model_path, options, probe, spare)
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
             return
+        finally:
+            if spare is not None:
+                spare.discard()  # not taken (the load failed first, or another log): it goes now
         with self._lock:
             self._backend = backend
             discarded = self._discarded
@@ -137,6 +146,8 @@ class PendingBackend:
             backend.close()
 
 
-def start_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None) -> PendingBackend:
-    """:func:`open_backend` on a thread; ``.result()`` gives the backend (see :class:`PendingBackend`)."""
-    return PendingBackend(model_path, options, probe)
+def start_backend(model_path: Path | str, options: LoadOptions, probe: SystemProbe | None = None,
+                  spare: SpareEngine | None = None) -> PendingBackend:
+    """:func:`open_backend` on a thread; ``.result()`` gives the backend (see :class:`PendingBackend`).
+    ``spare`` is the pending load's from now on: taken by the engine, or discarded when the load ends."""
+    return PendingBackend(model_path, options, probe, spare)

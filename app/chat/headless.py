@@ -43,13 +43,14 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = None,
-                 out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted."""
+                 out: TextIO | None = None, err: TextIO | None = None, early: Any = None) -> int:
+    """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted.  ``early``: the engine
+    the command line started for these options (:class:`app.chat.early.EarlyEngine`), adopted."""
     out = out or sys.stdout
     err = _Stderr(err or sys.stderr)
     from app.chat.open import open_chat
 
-    chat = open_chat(options, backend=backend)
+    chat = open_chat(options, backend=backend, early=early)
     from app.conversation.session import ChatMessage
     from app.conversation.turn import watch_outcome
 

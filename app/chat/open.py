@@ -21,10 +21,10 @@ The tokenizer comes from ``--model`` (a GGUF, even a vocab-only one, a
 (:func:`backends.remote_connect.server_tokenizer_source`), and the server must agree
 with it id for id (:func:`backends.remote_connect.check_vocabulary`).
 
-The command line starts the engine's load as soon as the options are known
-(:func:`start_engine_early`): headless right after reading them, the TUI on a thread
-while Textual is imported and the first frame paints.  The load that then opens a chat
-with those very options adopts it instead of starting another; any other load discards it.
+The command line starts the engine's load as soon as the options are known and hands
+the one object that owns it (:class:`app.chat.early.EarlyEngine`) to ``open_chat`` as
+``early``: the chat opened with those very options adopts that load instead of starting
+another; a chat opened with any other options closes it.
 
 A backend handed in (tests, benches: a scripted one, or one loaded with settings of
 their own) is used as it is: nothing is started, and it is not closed on failure
@@ -40,9 +40,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.settings.options import ChatOptions
+
+if TYPE_CHECKING:
+    from app.chat.early import EarlyEngine
 
 #: a step of the opening, in words, for a screen that shows what is happening while the weights load
 Progress = Callable[[str], None]
@@ -71,8 +74,10 @@ class OpenedChat:
         return self.backend.info
 
 
-def open_chat(options: ChatOptions, *, backend: Any = None, progress: Progress | None = None) -> OpenedChat:
-    """Open the chat ``options`` describe (see the module docstring).
+def open_chat(options: ChatOptions, *, backend: Any = None, progress: Progress | None = None,
+              early: EarlyEngine | None = None) -> OpenedChat:
+    """Open the chat ``options`` describe (see the module docstring); ``early``: the engine the command line
+    started before the chat was opened, adopted if it was started for ``options``.
 
     Raises what the parts raise (``ModelNotFound``, ``BackendError``, a template's
     error...): the caller says it in its own way.  ``options.model_meta`` is taken
@@ -82,7 +87,7 @@ def open_chat(options: ChatOptions, *, backend: Any = None, progress: Progress |
     if options.server is not None and backend is None:
         tokenizer, template, notice, backend, path = _connect(options, progress or _silent)
     else:
-        tokenizer, template, notice, backend, path = _load(options, backend, progress)
+        tokenizer, template, notice, backend, path = _load(options, backend, progress, early)
     context_size = _context_size(options, backend)
     try:
         from app.conversation.session import ChatSession
@@ -115,66 +120,8 @@ def _size(path: Path) -> str:
     return human_size(path.stat().st_size)
 
 
-@dataclass
-class EarlyEngine:
-    """An engine whose load began before its chat was opened (see :func:`start_engine_early`)."""
-
-    options: ChatOptions
-    path: Path
-    header: Any
-    pending: Any  # backends.registry.PendingBackend
-
-
-#: the engine started early and not yet adopted: :func:`start_engine_early` sets it, :func:`_load` takes it
-_early: EarlyEngine | None = None
-
-
-def start_engine_early(options: ChatOptions) -> None:
-    """Start loading the local engine for ``options`` now; the chat opened later with these same options
-    adopts it (a ``--server`` chat starts nothing).  Raises what resolving the model raises."""
-    global _early
-    import app.models.header as model_header
-    from app.models.resolution import resolve_model
-
-    if options.server is not None:
-        return
-    discard_early()
-    path = Path(resolve_model(options.model))
-    header = model_header.take_header(path, options)
-    _early = EarlyEngine(options, path, header, _start_engine(options, path, header))
-
-
-def discard_early() -> None:
-    """Close the early engine no chat adopted (the window closed first, ``/model`` asked for another)."""
-    global _early
-    early, _early = _early, None
-    if early is not None:
-        early.pending.discard()
-
-
-def _take_early(options: ChatOptions) -> EarlyEngine | None:
-    """The early engine if it was started for ``options``; any other is discarded."""
-    global _early
-    early = _early
-    if early is None:
-        return None
-    if early.options is not options:
-        discard_early()
-        return None
-    _early = None
-    return early
-
-
-def _start_engine(options: ChatOptions, path: Path, header: Any) -> Any:
-    from backends import LoadOptions, start_backend
-
-    return start_backend(path, LoadOptions(backend=options.backend, device=options.device,
-                                           n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
-                                           n_gpu_layers=options.gpu_layers,
-                                           speculative=options.speculative, draft_model=options.draft_model))
-
-
-def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tuple[Any, Any, str | None, Any, Path]:
+def _load(options: ChatOptions, backend: Any, progress: Progress | None,
+          early: EarlyEngine | None) -> tuple[Any, Any, str | None, Any, Path]:
     """(tokenizer, template, notice, backend, path) of a local chat; starts the engine unless one is handed in
     or was started early for these options.
 
@@ -182,10 +129,10 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
     import app.models.header as model_header
     from app.models.resolution import resolve_model
 
-    early = _take_early(options) if backend is None else None
+    started = early.take(options) if early is not None and backend is None else None
     pending = None
-    if early is not None:
-        path, header, pending = early.path, early.header, early.pending
+    if started is not None:
+        path, header, pending = started.path, started.header, started.pending
     else:
         if progress:
             progress(f"finding the model {options.model or '(bundled SmolLM2-135M-Instruct)'}")
@@ -193,7 +140,9 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None) -> tupl
         header = model_header.take_header(path, options, for_engine=backend is None)
         if backend is None:
             # the engine loads in its own process while this one reads the tokenizer and the template
-            pending = _start_engine(options, path, header)
+            from app.chat.early import start_engine
+
+            pending = start_engine(options, path, header)
     try:
         if progress:
             progress(f"reading the tokenizer from {path.name} ({_size(path)})")

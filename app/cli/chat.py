@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, BinaryIO, Callable
+from typing import BinaryIO
 
 from app.cli.ids import conversation_id
 from app.errors import CLIError
@@ -138,7 +138,12 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt.strip() and not args.attach:
         what = "empty" if not args.prompt else "only whitespace"
         raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
-    prestart = _prestart_engine(args)
+    from app.chat.early import EarlyEngine
+
+    early = EarlyEngine()
+    if args.server is None:
+        # settings, header and presets are read while this process starts and imports its library
+        early.start_process(args.backend)
     try:
         # first use of --model hf:... or a preset name: download with a progress bar before anything loads
         pull_if_missing(args.model or read_settings(args).values["model.default"])
@@ -146,9 +151,7 @@ def run(args: argparse.Namespace) -> int:
         # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
         options = chat_options(args, preset=headless)
         if headless:
-            from app.chat.open import start_engine_early
-
-            start_engine_early(options)  # the load request goes out before the chat's own modules are imported
+            early.start_load(options)  # the load request goes out before the chat's own modules are imported
             from app.chat.headless import run_headless
             from app.history.recorder import HistoryRecorder
 
@@ -156,66 +159,12 @@ def run(args: argparse.Namespace) -> int:
                 options, notify=lambda notice: print(f"tokchat: {notice}", file=sys.stderr)
             )
             try:
-                return run_headless(options, recorder=recorder)
+                return run_headless(options, recorder=recorder, early=early)
             finally:
                 recorder.close()
-        early = _EarlyLoad(lambda: chat_options(args))  # the engine loads while Textual starts and paints
+        early.start_load_on_thread(lambda: chat_options(args))  # the engine loads while Textual starts and paints
         from app.tui import run_tui
 
-        return run_tui(options, with_preset=early.options)
+        return run_tui(options, with_preset=early.options, early=early)
     finally:
-        from app.chat.open import discard_early
-
-        discard_early()
-        if prestart:
-            from backends.engine_client import discard_spare
-
-            discard_spare()  # not adopted (a --server chat, an error before the load): it goes now
-
-
-class _EarlyLoad:
-    """The TUI's model preset and engine load, started on a thread before Textual is imported.
-
-    The window's first frame needs neither; its load thread calls :meth:`options` and opens the
-    chat with them, adopting the engine already loading (:func:`app.chat.open.start_engine_early`).
-    Measured (bench_startup --only tui, AMD EPYC 2 vCPUs): model ready 0.86 -> 0.68 s against a load
-    begun after the first frame; the first frame 0.03-0.05 s later, since this thread reads the
-    settings and the header while Textual is imported (the engine itself runs in its own process)."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        import threading
-
-        self._build = build
-        self._options: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="tokchat-early-load", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from app.chat.open import start_engine_early
-
-        try:
-            self._options = self._build()
-            start_engine_early(self._options)
-        except Exception as exc:  # raised again where the window's load thread asks (shown on screen)
-            self._error = exc
-
-    def options(self) -> Any:
-        """The options with the model's preset; raises what building them (or resolving the model) raised."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._options
-
-
-def _prestart_engine(args: argparse.Namespace) -> bool:
-    """Start the engine process before settings, header and presets are read (they then overlap with its
-    start and library import; see :func:`backends.engine_client.prestart_engine`).  Not for ``--server`` chats,
-    nor when engines run in this process.  True if one was started."""
-    from backends.engine_client import in_process, prestart_engine
-
-    if args.server is not None or in_process():
-        return False
-
-    prestart_engine(warm=None if args.backend in ("mlx", "openvino") else "llama.cpp")
-    return True
+        early.close()  # what no chat adopted (a --server chat, an error before the load) goes now

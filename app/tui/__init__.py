@@ -7,18 +7,23 @@ from typing import Any, Callable, TextIO
 from app.settings.options import ChatOptions
 
 
-def run_tui(options: ChatOptions, with_preset: Callable[[], ChatOptions] | None = None) -> int:
+def run_tui(options: ChatOptions, with_preset: Callable[[], ChatOptions] | None = None,
+            early: Any = None) -> int:
     """Open the chat window; the model loads inside it (errors are shown there, not raised).
 
     ``with_preset``: builds the options again with the model's preset (see
     :meth:`app.tui.app.ChatApp._load`), so the first frame never waits for the model file.
+    ``early``: the engine the command line started (:class:`app.chat.early.EarlyEngine`), handed to the
+    window's loader, which adopts it for the options it was started with.
     Returns the exit status: non-zero when the app ended on an unhandled exception.
     """
     from app.tui.app import ChatApp
     from app.tui.paste import use_paste_safe_parser
 
     use_paste_safe_parser()
-    app = ChatApp(options, with_preset=with_preset)
+    from app.tui.loader import early_loader
+
+    app = ChatApp(options, with_preset=with_preset, loader=early_loader(early) if early is not None else None)
     app.run()
     return exit_status(app)
 

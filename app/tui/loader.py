@@ -12,10 +12,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from app.chat.open import OpenedChat, Progress
 from app.settings.options import ChatOptions
+
+if TYPE_CHECKING:
+    from app.chat.early import EarlyEngine
 
 #: a ready chat, as the window holds it (the same as what :func:`app.chat.open.open_chat` returns)
 LoadedChat = OpenedChat
@@ -24,11 +27,21 @@ LoadedChat = OpenedChat
 Loader = Callable[[ChatOptions, Progress], LoadedChat]
 
 
-def load_chat(options: ChatOptions, progress: Progress) -> LoadedChat:
-    """The real chain; raises the packages' own errors, which the app shows on screen."""
+def load_chat(options: ChatOptions, progress: Progress, early: EarlyEngine | None = None) -> LoadedChat:
+    """The real chain; raises the packages' own errors, which the app shows on screen.  ``early``: the engine
+    the command line started before the window (adopted when it was started for ``options``)."""
     from app.chat.open import open_chat
 
-    return open_chat(options, progress=progress)
+    return open_chat(options, progress=progress, early=early)
+
+
+def early_loader(early: EarlyEngine) -> Loader:
+    """:func:`load_chat` handed ``early``: the window's first load adopts that engine; a later one (``/model``)
+    finds nothing left to adopt and starts its own."""
+    def load(options: ChatOptions, progress: Progress) -> LoadedChat:
+        return load_chat(options, progress, early)
+
+    return load
 
 
 def options_for_model(options: ChatOptions, model: str) -> ChatOptions:

@@ -16,9 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-import backends.engine_client as hosted_module
 from backends.base import BackendError, LoadOptions, SamplingParams
-from backends.engine_client import EngineCrashed, HostedBackend, describe_exit
+from backends.engine_client import EngineCrashed, HostedBackend, SpareEngine, describe_exit
 from backends.engine_wire import ENGINE_PROCESS_MODULE
 from backends.model_meta import read_model_meta
 
@@ -187,38 +186,50 @@ def _maps_libllama(pid: int, seconds: float = 30.0) -> bool:
 def test_a_prestarted_engine_imports_llama_cpp_before_any_request_and_is_the_one_that_loads(
         smollm_path, tmp_path, vocab):
     log = tmp_path / "engine.log"
-    hosted_module.prestart_engine(warm="llama.cpp", log_path=log)
-    spare = hosted_module._spare
-    assert spare is not None
+    spare = SpareEngine(warm="llama.cpp", log_path=log)
+    pid = spare.pid
+    assert pid is not None
     # no request has been sent: only the warm import can have loaded the library
-    assert _maps_libllama(spare.proc.pid), "the waiting engine never imported llama.cpp"
-    backend = HostedBackend("llama.cpp")
+    assert _maps_libllama(pid), "the waiting engine never imported llama.cpp"
+    backend = HostedBackend("llama.cpp", spare=spare)
     try:
         backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=log))
-        assert backend.pid == spare.proc.pid and hosted_module._spare is None
+        assert backend.pid == pid and spare.pid is None
+        child = backend._child.proc
         assert list(backend.generate(vocab.chat("Hi"), GREEDY, {vocab.eos}))
     finally:
         backend.close()
-    assert spare.proc.returncode == 0
+    assert child.returncode == 0
 
 
 def test_a_spare_that_logs_elsewhere_is_stopped_not_used(smollm_path, tmp_path):
-    hosted_module.prestart_engine(warm=None, log_path=tmp_path / "other.log")
-    spare = hosted_module._spare
-    backend = HostedBackend("llama.cpp")
+    spare = SpareEngine(warm=None, log_path=tmp_path / "other.log")
+    pid = spare.pid
+    backend = HostedBackend("llama.cpp", spare=spare)
     try:
         backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log"))
-        assert backend.pid is not None and backend.pid != spare.proc.pid
-        assert spare.proc.poll() is not None and hosted_module._spare is None
+        assert backend.pid is not None and backend.pid != pid
+        assert spare.pid is None and _reaped(pid)
     finally:
         backend.close()
 
 
 def test_discarding_the_spare_ends_its_process(tmp_path):
-    hosted_module.prestart_engine(warm=None, log_path=tmp_path / "engine.log")
-    spare = hosted_module._spare
-    hosted_module.discard_spare()
-    assert hosted_module._spare is None and spare.proc.returncode == 0
+    spare = SpareEngine(warm=None, log_path=tmp_path / "engine.log")
+    pid = spare.pid
+    assert pid is not None and os.path.exists(f"/proc/{pid}")
+    process = spare._child.proc
+    spare.discard()
+    assert spare.pid is None and _reaped(pid)
+    assert process.returncode == 0, "a discarded spare ends cleanly, asked to close"
+
+
+def _reaped(pid: int) -> bool:
+    """The process is gone and reaped (not a zombie): its pid no longer names our engine."""
+    try:
+        return ENGINE_PROCESS_MODULE not in open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+        return True
 
 
 def test_the_engine_takes_the_chats_header_instead_of_reading_the_file_again(smollm_path, tmp_path):

@@ -145,11 +145,19 @@ def test_a_command_line_error_before_the_load_leaves_no_engine(tmp_path, monkeyp
         monkeypatch.setenv(var, str(tmp_path / var))
     import app.cli
 
+    import app.chat.early
+
+    started: list[app.chat.early.EarlyEngine] = []
+    real_init = app.chat.early.EarlyEngine.__init__
+
+    def recording_init(self):
+        real_init(self)
+        started.append(self)
+
+    monkeypatch.setattr(app.chat.early.EarlyEngine, "__init__", recording_init)
     code = app.cli.main(["--model", str(tmp_path / "missing.gguf"), "--prompt", "Hi"])
     assert code == 2 and "missing.gguf" in capsys.readouterr().err
-    import backends.engine_client
-
-    assert backends.engine_client._spare is None
+    assert len(started) == 1 and started[0]._spare is None and started[0]._load is None
     assert _wait_gone(_engine_children())
 
 
@@ -171,29 +179,67 @@ def test_a_server_chat_starts_no_engine(tmp_path, monkeypatch):
 
 
 def test_an_engine_started_early_is_the_one_the_chat_opens_with(smollm_path, tmp_path, monkeypatch):
-    from app.chat.open import start_engine_early
+    from app.chat.early import EarlyEngine
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     options = ChatOptions(model=str(smollm_path), ctx=512, sampling=SamplingParams(temperature=0, max_tokens=4))
-    start_engine_early(options)
+    early_engine = EarlyEngine()
+    early_engine.start_load(options)
     early = _engine_appears()
     assert len(early) == 1
-    session = open_chat(options).session
+    session = open_chat(options, early=early_engine).session
     try:
         assert session.backend.pid == early[0] and _engine_children() == early
+        assert early_engine.take(options) is None, "handed over once: the chat owns it now"
+        early_engine.close()  # what the command line does at the end: the adopted engine is not its own
         assert list(session.send("Hi"))
     finally:
         session.backend.close()
 
 
-def test_an_early_engine_for_other_options_is_closed_when_another_chat_opens(smollm_path, tmp_path, monkeypatch):
-    from app.chat.open import start_engine_early
+def test_an_early_process_is_the_one_the_early_load_runs_in(smollm_path, tmp_path, monkeypatch):
+    """Both steps: the process started before the model is known is the one the load goes to."""
+    from app.chat.early import EarlyEngine
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    start_engine_early(ChatOptions(model=str(smollm_path), ctx=512))
+    options = ChatOptions(model=str(smollm_path), ctx=512, sampling=SamplingParams(temperature=0, max_tokens=4))
+    early_engine = EarlyEngine()
+    try:
+        assert early_engine.start_process()
+        process = _engine_appears()
+        assert len(process) == 1
+        early_engine.start_load(options)
+        chat = open_chat(options, early=early_engine)
+        try:
+            assert chat.backend.pid == process[0] and _engine_children() == process
+        finally:
+            chat.backend.close()
+    finally:
+        early_engine.close()
+
+
+def test_closing_the_early_engine_ends_a_process_no_chat_took(tmp_path, monkeypatch):
+    from app.chat.early import EarlyEngine
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    early_engine = EarlyEngine()
+    assert early_engine.start_process()
+    process = _engine_appears()
+    assert len(process) == 1
+    early_engine.close()
+    assert _wait_gone(process)
+
+
+def test_an_early_engine_for_other_options_is_closed_when_another_chat_opens(smollm_path, tmp_path, monkeypatch):
+    from app.chat.early import EarlyEngine
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    early_engine = EarlyEngine()
+    early_engine.start_load(ChatOptions(model=str(smollm_path), ctx=512))
     early = _engine_appears()
     assert early
-    session = open_chat(ChatOptions(model=str(smollm_path), ctx=256)).session  # /model before the first load
+    # /model before the first load
+    session = open_chat(ChatOptions(model=str(smollm_path), ctx=256), early=early_engine).session
     try:
         assert session.backend.pid not in early and _wait_gone(early)
     finally:
@@ -203,32 +249,36 @@ def test_an_early_engine_for_other_options_is_closed_when_another_chat_opens(smo
 def test_the_windows_early_load_hands_over_its_options_and_engine(smollm_path, tmp_path, monkeypatch):
     """What ``tokchat`` (the TUI) does before Textual is imported: the preset and the engine's load on a
     thread; the window's load thread then opens the chat with those options and that engine."""
+    from app.chat.early import EarlyEngine
     from app.cli import build_parser
-    from app.cli.chat import _EarlyLoad
     from app.models.preset_match import chat_options
-    from app.tui.loader import load_chat
+    from app.tui.loader import early_loader
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path / "config"))
     args = build_parser().parse_args(["--model", str(smollm_path), "--ctx", "256"])
-    early = _EarlyLoad(lambda: chat_options(args))
+    early = EarlyEngine()
+    early.start_load_on_thread(lambda: chat_options(args))
     engines = _engine_appears()
     options = early.options()
     assert options.preset == "smollm2" and len(engines) == 1
-    chat = load_chat(options, lambda _text: None)
+    chat = early_loader(early)(options, lambda _text: None)
     try:
         assert chat.backend.pid == engines[0] and chat.context_size == 256
     finally:
         chat.backend.close()
+        early.close()
 
 
 def test_the_windows_early_load_raises_its_error_where_the_window_asks():
-    from app.cli.chat import _EarlyLoad
+    from app.chat.early import EarlyEngine
     from app.models.resolution import ModelNotFound
 
     def missing():
         raise ModelNotFound("no model named nothing-here")
 
-    early = _EarlyLoad(missing)
+    early = EarlyEngine()
+    early.start_load_on_thread(missing)
     with pytest.raises(ModelNotFound, match="nothing-here"):
         early.options()
+    early.close()
