@@ -215,6 +215,15 @@ class GenerationStats:
     finish_reason: str = ""
 
 
+@runtime_checkable
+class PushedIds(Protocol):
+    """Ids an engine pushes while it runs on the caller's thread (:class:`backends.worker.InlineIds`)."""
+
+    def run(self, emit: Callable[[int], None]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Generation:
     """One reply: its ids as they come (``for tid in generation``) and the :class:`GenerationStats` beside them.
 
@@ -227,7 +236,7 @@ class Generation:
     before its last id is taken.
     """
 
-    def __init__(self, ids: Generator[int, None, None], stats: GenerationStats | None = None, *,
+    def __init__(self, ids: Generator[int, None, None] | PushedIds, stats: GenerationStats | None = None, *,
                  stop_ids: Collection[int] = (), max_tokens: int | None = None) -> None:
         self.stats = stats if stats is not None else GenerationStats()
         self._ids = ids
@@ -240,6 +249,8 @@ class Generation:
 
     def __next__(self) -> int:
         stats = self.stats
+        if isinstance(self._ids, PushedIds):
+            raise TypeError("an engine run on its caller's thread pushes its ids: use Generation.drive")
         try:
             token = next(self._ids)
         except StopIteration:
@@ -249,6 +260,28 @@ class Generation:
         except BackendError:
             stats.finish_reason = "error"
             raise
+        return self._counted(token)
+
+    def drive(self, sink: Callable[[int], None]) -> None:
+        """Hand every id to ``sink`` as the engine makes it, with the same finish reason as iterating.
+
+        The engine process's request loop reads replies this way: an engine that runs on the caller's
+        own thread (:class:`backends.worker.InlineIds`) can only push its ids; any other is iterated."""
+        if not isinstance(self._ids, PushedIds):
+            for token in self:
+                sink(token)
+            return
+        try:
+            self._ids.run(lambda token: sink(self._counted(token)))
+        except BackendError:
+            self.stats.finish_reason = "error"
+            raise
+        if not self.stats.finish_reason:
+            self.stats.finish_reason = "cancelled"
+
+    def _counted(self, token: int) -> int:
+        """Count ``token``; a stop id or the ``max_tokens``-th id says why the reply ends."""
+        stats = self.stats
         self._count += 1
         if not stats.finish_reason:
             if token in self._stops:

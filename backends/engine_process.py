@@ -9,8 +9,16 @@ speaks ids over a pipe, as ollama runs each model in its own runner.
 The wire: :mod:`backends.engine_wire` (typed messages, one JSON line each).
 The parent writes requests on our stdin; we answer on the stdout we were
 given, which is moved off fd 1 at start so that nothing an engine prints there
-can corrupt the stream (fd 1 and 2 both go to the engine log).  A cancel is
-acted on at once by the reader thread; everything else waits its turn.
+can corrupt the stream (fd 1 and 2 both go to the engine log).
+
+Two threads, no more.  The main thread is the request loop, and the engine
+runs on it: loading and generating are direct calls
+(:class:`backends.worker.InlineWorker`; no generation thread stands
+between), and each id goes down the pipe as the engine makes it
+(:meth:`backends.base.Generation.drive`).  The reader thread reads requests:
+a cancel is acted on at once, there, by setting the running engine's cancel
+flag while the main thread generates (the engine stops at its next check,
+between ids or prompt batches); everything else waits its turn in a queue.
 
 Sampling stays here, beside the logits; only ids cross the pipe.  ``meta``
 is the header's scalar facts as the chat read them (optional).
@@ -56,7 +64,8 @@ def _make_backend(engine: str, device: str):
     from backends.detect import Candidate
     from backends.registry import ENGINES
 
-    return ENGINES[engine](Candidate(device.lower(), engine, device, runnable=True, reason=""))
+    # inline: this process's main thread runs the engine (see the module docstring)
+    return ENGINES[engine](Candidate(device.lower(), engine, device, runnable=True, reason=""), inline=True)
 
 
 class EngineHost:
@@ -69,6 +78,8 @@ class EngineHost:
         self.warming = warming
         self.backend = None
         self.current_job: int | None = None
+        #: the highest job a cancel named: a job cancelled before it began is not run
+        self.cancelled_up_to = 0
         self.requests: queue.Queue = queue.Queue()
 
     def read_requests(self, stdin: IO[bytes]) -> None:
@@ -76,8 +87,9 @@ class EngineHost:
         for line in stdin:
             request = decode(line)
             if isinstance(request, Cancel):
+                self.cancelled_up_to = max(self.cancelled_up_to, request.job)
                 if self.backend is not None and request.job == self.current_job:
-                    self.backend.cancel()
+                    self.backend.cancel()  # the main thread's engine stops at its next check
                 continue
             self.requests.put(request)
         self.requests.put(Close())  # the parent is gone: end
@@ -125,14 +137,21 @@ class EngineHost:
         def progress(p: PromptProgress) -> None:
             send(Progress(job, p.done, p.total))
 
+        if job <= self.cancelled_up_to:
+            return  # cancelled while it waited: the chat reads no answer of it
         self.current_job = job
         try:
             generation = backend.generate(request.prompt, SamplingParams(**request.sampling), request.stop,
                                           on_progress=progress)
             stats = generation.stats
-            for token in generation:
+            if job <= self.cancelled_up_to:
+                generation.close()  # cancelled between the check above and the engine's fresh cancel flag
+
+            def sent(token: int) -> None:
                 # the draft counts travel with every id: the reader may stop at a stop id
                 send(Ids(job, [int(token)], stats.prompt_evaluated, _draft(stats)))
+
+            generation.drive(sent)
         except BackendError as exc:
             send(Failed(job, str(exc)))
             return

@@ -50,7 +50,7 @@ from backends.offload import (
     free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, read_load_report,
 )
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter
-from backends.worker import GenerationWorker
+from backends.worker import GenerationWorker, InlineWorker, new_worker
 
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
 PREFILL_CHUNK = 256
@@ -109,15 +109,17 @@ def default_threads() -> int:
 class LlamaCppBackend:
     """One GGUF model in llama.cpp; ``device`` says which offload the caller chose."""
 
-    def __init__(self, device: str = "CPU") -> None:
+    def __init__(self, device: str = "CPU", inline: bool = False) -> None:
         self.device = device
+        #: run the engine on the caller's thread (the engine process's main thread) instead of a thread of its own
+        self._inline = inline
         self.info = BackendInfo(backend="llama.cpp", device=device, model_name="", quantization="", context_size=0)
         #: the ``speculative`` setting (backends.speculative.MODES) and the drafter's tuning
         self.speculative = "auto"
         self.drafter_config = DrafterConfig()
         self.log_path: Path | None = None
         self._engine = None
-        self._worker: GenerationWorker | None = None
+        self._worker: GenerationWorker | InlineWorker | None = None
         self._model_path: Path | None = None
         self._model_identity: tuple[int, int] | None = None
         self._prefill_chunk = PREFILL_CHUNK
@@ -151,7 +153,7 @@ class LlamaCppBackend:
             raise BackendError(
                 "llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python"
             ) from exc
-        self._worker = GenerationWorker("llama.cpp")
+        self._worker = new_worker("llama.cpp", self._inline)
         log_start = _log_size(self.log_path)
         try:
             self._engine = self._worker.call(lambda: LlamaEngine(Path(model_path), params))

@@ -24,7 +24,7 @@ from backends.base import (
 )
 from backends.model_meta import known_meta
 from backends.sampling import NumpySampler
-from backends.worker import GenerationWorker, run_at_exit
+from backends.worker import GenerationWorker, InlineWorker, new_worker, run_at_exit
 
 #: ids fed to the model per forward pass while evaluating a prompt: the cancel granularity.
 #: On the CPU, MLX's prompt cost grows linearly with the chunk (no batching gain measured),
@@ -54,12 +54,14 @@ def clear_thread_streams() -> None:
 class MLXBackend:
     """One model in MLX with a single reusable prompt cache."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool = False) -> None:
+        #: run the engine on the caller's thread (the engine process's main thread) instead of a thread of its own
+        self._inline = inline
         self.info = BackendInfo(backend="mlx", device="CPU", model_name="", quantization="", context_size=0)
         self._model = None
         self._cache: list | None = None
         self._cached_ids: list[int] = []  # exactly the ids whose keys/values the cache holds
-        self._worker: GenerationWorker | None = None
+        self._worker: GenerationWorker | InlineWorker | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         try:
@@ -69,7 +71,7 @@ class MLXBackend:
             raise BackendError('MLX backend needs mlx-lm: pip install mlx-lm (on Linux also "mlx[cpu]")') from exc
         meta = known_meta(model_path, options.model_meta)
         run_at_exit(clear_thread_streams)  # the main thread touches MLX too (device query, cache set-up)
-        self._worker = GenerationWorker("mlx")
+        self._worker = new_worker("mlx", self._inline)
 
         def build():
             if meta.format == "mlx":

@@ -33,7 +33,7 @@ from backends.base import (
     checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.model_meta import known_meta
-from backends.worker import GenerationWorker
+from backends.worker import GenerationWorker, InlineWorker, new_worker
 
 #: preference order of OpenVINO device families
 DEVICE_ORDER = ("GPU", "NPU", "CPU")
@@ -134,10 +134,12 @@ def block_telemetry() -> None:
 class OpenVINOBackend:
     """One GGUF model in an OpenVINO GenAI ``LLMPipeline``."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool = False) -> None:
+        #: run the engine on the caller's thread (the engine process's main thread) instead of a thread of its own
+        self._inline = inline
         self.info = BackendInfo(backend="openvino", device="CPU", model_name="", quantization="", context_size=0)
         self._pipe = None
-        self._worker: GenerationWorker | None = None
+        self._worker: GenerationWorker | InlineWorker | None = None
         self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
@@ -164,7 +166,7 @@ class OpenVINOBackend:
             # evaluation was faster, and a chat feels decode (docs/engine.md, "Figures behind the code's choices")
             properties["INFERENCE_PRECISION_HINT"] = "f32"
             precision_note = F32_NOTE
-        self._worker = GenerationWorker("openvino")
+        self._worker = new_worker("openvino", self._inline)
         try:
             self._pipe = self._worker.call(lambda: og.LLMPipeline(str(model_path), device, **properties))
         except RuntimeError as exc:

@@ -19,26 +19,27 @@ from backends.model_meta import is_mlx_dir
 from backends.probe import SystemProbe
 
 
-def _llama(c: Candidate) -> Backend:
+def _llama(c: Candidate, inline: bool = False) -> Backend:
     from backends.llama_cpp import LlamaCppBackend
 
-    return LlamaCppBackend(device=c.device)
+    return LlamaCppBackend(device=c.device, inline=inline)
 
 
-def _openvino(c: Candidate) -> Backend:
+def _openvino(c: Candidate, inline: bool = False) -> Backend:
     from backends.openvino import OpenVINOBackend
 
-    return OpenVINOBackend()
+    return OpenVINOBackend(inline=inline)
 
 
-def _mlx(c: Candidate) -> Backend:
+def _mlx(c: Candidate, inline: bool = False) -> Backend:
     from backends.mlx import MLXBackend
 
-    return MLXBackend()
+    return MLXBackend(inline=inline)
 
 
-#: engine name -> factory of the engine itself (what runs in the engine host's process)
-ENGINES: dict[str, Callable[[Candidate], Backend]] = {"llama.cpp": _llama, "openvino": _openvino, "mlx": _mlx}
+#: engine name -> factory of the engine itself (what runs in the engine process); ``inline``: on the caller's
+#: thread (the engine process's main thread, :class:`backends.worker.InlineWorker`), else on a thread of its own
+ENGINES: dict[str, Callable[..., Backend]] = {"llama.cpp": _llama, "openvino": _openvino, "mlx": _mlx}
 
 
 def hosted(c: Candidate, spare: SpareEngine | None = None) -> Backend:

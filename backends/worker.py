@@ -20,6 +20,15 @@ unwind through the binding's ``noexcept`` frames aborts the whole process
 and waits for the thread to end, and an ``atexit`` hook closes every worker
 a caller forgot (an error path, a second Ctrl-C) before the interpreter goes
 down, then runs the main thread's clean-ups (:func:`run_at_exit`).
+
+In the engine's own process (:mod:`backends.engine_process`) there is no
+worker thread: :class:`InlineWorker` runs the same jobs on the caller's
+thread, the process's main thread, which has nothing else to do while the
+engine works.  A job's ids then go to the engine process's sink as they are
+made (:meth:`backends.base.Generation.drive`), and a cancel set from the
+process's reader thread stops the engine at its next check.  One thread
+fewer between the chat and the engine, and nothing left to join at the
+process's end (it ends with ``os._exit``).
 """
 from __future__ import annotations
 
@@ -35,6 +44,9 @@ from backends.timeouts import ENGINE_CLOSE_S
 
 #: emit(token_id) pushes one id to the caller; cancelled() says "stop now"
 Job = Callable[[Callable[[int], None], Callable[[], bool]], None]
+
+#: what a job's failure that is not a BackendError becomes, in the backends' words
+_ENGINE_FAILED = "the engine failed while generating: {}"
 
 #: every worker not yet closed, so that the exit hook can join it
 _LIVE: "weakref.WeakSet[GenerationWorker]" = weakref.WeakSet()
@@ -73,7 +85,7 @@ class GenerationWorker:
             except BackendError as exc:  # carried to the caller, raised there
                 out.put(Failed(exc))
             except BaseException as exc:  # an engine's own error: said in the backends' words
-                error = BackendError(f"the engine failed while generating: {exc}")
+                error = BackendError(_ENGINE_FAILED.format(exc))
                 error.__cause__ = exc
                 out.put(Failed(error))
             finally:
@@ -158,3 +170,71 @@ def _close_all_workers() -> None:
         worker.close(timeout=ENGINE_CLOSE_S)
     for cleanup in _EXIT_CLEANUPS:
         cleanup()
+
+
+class InlineIds:
+    """One job that runs when it is driven, on the driver's thread (:meth:`backends.base.Generation.drive`).
+
+    Not an iterator: ids made on the caller's own thread can only be pushed to it.  An engine run
+    inline is driven by its one caller, the engine process's request loop."""
+
+    def __init__(self, job: Job, cancel: threading.Event) -> None:
+        self._job = job
+        self._cancel = cancel
+
+    def run(self, emit: Callable[[int], None]) -> None:
+        """Run the job here, handing each id to ``emit``; an engine's own error comes out as a BackendError."""
+        if self._cancel.is_set():
+            return  # cancelled before it began
+        try:
+            self._job(emit, self._cancel.is_set)
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise BackendError(_ENGINE_FAILED.format(exc)) from exc
+
+    def close(self) -> None:
+        """Stop the job at its next check (a caller that stops early)."""
+        self._cancel.set()
+
+
+class InlineWorker:
+    """:class:`GenerationWorker`'s calls, run on the caller's thread: for the engine process (module docstring)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cancel = threading.Event()
+        self._closed = False
+
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` now (loading, closing); its result or its exception, unchanged."""
+        return fn()
+
+    def stream(self, job: Job) -> InlineIds:
+        """``job``, to be driven by the caller (:meth:`backends.base.Generation.drive`)."""
+        if self._closed:
+            raise BackendError("this backend is closed; load the model again")
+        cancel = threading.Event()
+        self._cancel = cancel
+        return InlineIds(job, cancel)
+
+    def cancel(self) -> None:
+        """Stop the running job at its next check (called from another thread: the process's reader)."""
+        self._cancel.set()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return True  # a job runs only while its caller drives it
+
+    def close(self, release: Callable[[], object] | None = None, timeout: float = ENGINE_CLOSE_S) -> bool:
+        """Run ``release`` here; there is no thread to end."""
+        self._cancel.set()
+        if not self._closed and release is not None:
+            self._closed = True
+            release()
+        self._closed = True
+        return True
+
+
+def new_worker(name: str, inline: bool = False) -> GenerationWorker | InlineWorker:
+    """The engine's own thread (:class:`GenerationWorker`), or the caller's (:class:`InlineWorker`, ``inline``)."""
+    return InlineWorker(name) if inline else GenerationWorker(name)

@@ -139,3 +139,85 @@ def test_a_worker_left_open_is_joined_before_the_interpreter_exits(tmp_path):
                             cwd=tmp_path, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     assert result.stdout == "engine saw cancel\n"
+
+
+# -- the engine process's way: the job runs on the caller's thread and pushes its ids --------------------------
+
+def test_an_inline_worker_runs_the_job_on_the_callers_thread_and_drive_hands_over_each_id():
+    from backends.base import Generation
+    from backends.worker import InlineWorker
+
+    worker = InlineWorker("test")
+    threads, got = set(), []
+
+    def job(emit, cancelled):
+        threads.add(threading.current_thread())
+        for i in range(5):
+            emit(i)
+
+    generation = Generation(worker.stream(job), stop_ids={4}, max_tokens=10)
+    generation.drive(got.append)
+    assert got == [0, 1, 2, 3, 4] and threads == {threading.current_thread()}
+    assert generation.stats.finish_reason == "stop"
+    counted = Generation(worker.stream(job), max_tokens=3)
+    counted.drive(lambda _token: None)
+    assert counted.stats.finish_reason == "length"
+    with pytest.raises(TypeError, match="drive"):
+        next(iter(Generation(worker.stream(job))))  # pushed ids cannot be pulled
+    worker.close()
+
+
+def test_a_cancel_from_another_thread_stops_an_inline_job_at_its_next_check():
+    """The engine process's reader thread cancels while the main thread generates."""
+    from backends.base import Generation
+    from backends.worker import InlineWorker
+
+    worker = InlineWorker("test")
+    log: list[str] = []
+    got: list[int] = []
+
+    def endless(emit, cancelled):
+        i = 0
+        while not cancelled():
+            emit(i)
+            i += 1
+            time.sleep(0.01)
+        log.append("engine saw cancel")
+
+    def sink(token):
+        got.append(token)
+        if token == 2:
+            threading.Thread(target=worker.cancel).start()
+
+    generation = Generation(worker.stream(endless))
+    generation.drive(sink)
+    assert log == ["engine saw cancel"] and 3 <= len(got) < 50
+    assert generation.stats.finish_reason == "cancelled"
+    # the next job runs: a cancel stops one job, not the worker
+    fresh = Generation(worker.stream(slow_job(2, 0, log)))
+    again: list[int] = []
+    fresh.drive(again.append)
+    assert again == [0, 1]
+    worker.close()
+
+
+def test_an_inline_engines_own_error_is_one_backend_error_and_the_reply_says_error():
+    from backends.base import Generation
+    from backends.worker import InlineWorker
+
+    worker = InlineWorker("test")
+
+    def broken(emit, cancelled):
+        emit(7)
+        raise RuntimeError("llama_decode returned -3")
+
+    generation = Generation(worker.stream(broken))
+    got: list[int] = []
+    with pytest.raises(BackendError, match="the engine failed while generating: llama_decode returned -3"):
+        generation.drive(got.append)
+    assert got == [7] and generation.stats.finish_reason == "error"
+    released: list[str] = []
+    worker.close(lambda: released.append(threading.current_thread().name))
+    assert released == [threading.current_thread().name]
+    with pytest.raises(BackendError, match="closed"):
+        worker.stream(broken)

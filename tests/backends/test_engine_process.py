@@ -95,6 +95,31 @@ def test_cancel_ends_the_iteration_and_late_ids_are_dropped(hosted, vocab):
     assert "Paris" in vocab.text(again)
 
 
+def test_a_cancel_stops_the_engine_mid_prompt_while_its_main_thread_evaluates(smollm_path, vocab, tmp_path):
+    """The engine runs on the engine process's main thread; the cancel is set from its reader thread and the
+    prompt's evaluation stops at the next batch.  Proof from the cache: the same prompt asked again evaluates
+    most of it, where an engine that had finished the cancelled prompt would evaluate one id."""
+    from backends.llama_cpp import PREFILL_CHUNK
+
+    backend = HostedBackend("llama.cpp")
+    backend.load(smollm_path, LoadOptions(n_ctx=4096, log_path=tmp_path / "engine.log"))
+    try:
+        long_prompt = vocab.ids("<|im_start|>user\n" + "The sea is wide and deep. " * 400 + "<|im_end|>\n")
+        long_prompt += vocab.chat("Summarise that.")
+        assert len(long_prompt) > 10 * PREFILL_CHUNK
+        one = SamplingParams(temperature=0, max_tokens=1)
+
+        def cancel_at_first_progress(_progress) -> None:
+            backend.cancel()
+
+        assert list(backend.generate(long_prompt, one, set(), on_progress=cancel_at_first_progress)) == []
+        again = backend.generate(long_prompt, one, set())
+        assert len(list(again)) == 1
+        assert again.stats.prompt_evaluated > len(long_prompt) // 2, again.stats.prompt_evaluated
+    finally:
+        backend.close()
+
+
 def test_prompt_progress_comes_back_from_the_engine(hosted, vocab):
     from backends.llama_cpp import PREFILL_CHUNK
 
