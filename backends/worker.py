@@ -228,10 +228,11 @@ class InlineWorker:
     def close(self, release: Callable[[], object] | None = None, timeout: float = ENGINE_CLOSE_S) -> bool:
         """Run ``release`` here; there is no thread to end."""
         self._cancel.set()
-        if not self._closed and release is not None:
-            self._closed = True
-            release()
+        if self._closed:
+            return True
         self._closed = True
+        if release is not None:
+            release()
         return True
 
 
