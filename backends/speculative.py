@@ -6,7 +6,9 @@ docstrings") emits long runs of ids that are already in the context.  The
 ids (prompt lookup) and proposes the ids that followed it; the engine
 evaluates the last id plus the draft in one batch, with logits for every
 position, keeps the agreed prefix plus the model's own next id and drops
-the rest from its cache.
+the rest from its cache.  A match that runs into the context's own end is
+a loop and the draft goes round it; a copy the reply left for an edit (a
+typo fixed, a field renamed) is picked up again just past the edit.
 
 Why this is lossless (:func:`accept_draft`): at each position the engine
 draws the model's own id ``y`` from its sampling chain, exactly as it would
@@ -50,11 +52,16 @@ class DrafterConfig:
     start_draft: int = 16
     #: a match of the longest lookup size (24 ids) is a copy, not a coincidence: it drafts up to this many ids
     #: whatever the current length, and still drafts after ``auto`` gave up on chance matches (llama-server's
-    #: ngram-mod drafts only such matches, 48 to 64 ids: why it kept 152 of 152 on prose where the lookup of
-    #: 6- and 12-id matches kept 44 of 96 and then gave up before the story started repeating itself)
+    #: ngram-mod drafts only such matches, 48 to 64 ids; docs/speculative.md compares the two)
     long_draft: int = 64
     #: how many ids a match must have to count as such a copy
     long_match: int = 24
+    #: lookups shorter than this come after picking up the last draft's copy again past an edit (_resync)
+    resync_after: int = 12
+    #: how far past the point where the reply left the copy an edit may reach (0: never picked up)
+    resync_window: int = 8
+    #: how many of the copy's ids the reply must have kept before it is picked up again
+    resync_min: int = 3
 
 
 class NgramDrafter:
@@ -72,6 +79,8 @@ class NgramDrafter:
         self.config = config
         self.ids: list[int] = []
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in config.sizes}
+        #: the last draft's copy: (where it started copying, how long the context was then); see _resync
+        self._copy: tuple[int, int] | None = None
         self.extend(context)
 
     def extend(self, ids: Sequence[int]) -> None:
@@ -90,25 +99,85 @@ class NgramDrafter:
         At most ``limit`` (default ``config.max_draft``) ids, except that a
         match of ``config.long_match`` ids or more may give up to
         ``config.long_draft`` (never more than ``room``, the ids the context
-        and the reply still take); ``long_only`` looks for such a match only.  ``[]`` when no suffix of
-        the sizes occurred before, or the match would give fewer than
-        ``config.min_draft`` ids.
+        and the reply still take); ``long_only`` looks for such a match only.
+        Between the lookup sizes of ``config.resync_after`` ids and the
+        shorter ones, the copy the last draft came from is picked up again
+        where the reply left it (see :meth:`_resync`).  ``[]`` when nothing
+        matched, or the match would give fewer than ``config.min_draft`` ids.
         """
         cap = self.config.max_draft if limit is None else min(limit, self.config.max_draft)
         room = self.config.long_draft if room is None else room
         ids = self.ids
+        resynced = False
         for n, index in self._index.items():
             is_long = n >= self.config.long_match
             if long_only and not is_long:
                 break
+            if not resynced and n < self.config.resync_after:
+                resynced = True
+                start = self._resync()
+                if start is not None:
+                    return self._take(start, min(cap, room))
             if len(ids) < n:
                 continue
             start = index.get(tuple(ids[-n:]))
             if start is not None:
-                take = max(cap, min(self.config.long_draft, room)) if is_long else cap
-                found = ids[start:start + min(take, room)]
-                return found if len(found) >= self.config.min_draft else []
+                take = min(max(cap, min(self.config.long_draft, room)) if is_long else cap, room)
+                return self._take(start, take)
+        if not long_only and not resynced:
+            start = self._resync()
+            if start is not None:
+                return self._take(start, min(cap, room))
         return []
+
+    def _take(self, start: int, take: int) -> list[int]:
+        """``take`` ids copied from ``start`` on (the copy remembered for :meth:`_resync`); ``[]`` if too few."""
+        ids = self.ids
+        found = ids[start:start + take]
+        # a match that runs into the suffix itself is a loop of period len(ids) - start: go round it
+        period = len(ids) - start
+        while len(found) < take:
+            found.append(found[-period])
+        if len(found) < self.config.min_draft:
+            return []
+        self._copy = (start, len(ids))
+        return found
+
+    def _resync(self) -> int | None:
+        """Where the copy the last draft came from goes on, now that the reply left it; None if not found.
+
+        A reply that copies with edits (a typo fixed, a field renamed, a
+        counter that goes up) leaves its source for an id or a few and then
+        goes on copying from just after the edit.  The last draft copied from
+        ``source`` on while the context was ``at`` ids long; the ids appended
+        since agree with the source up to position ``q``.  The copy is taken
+        up again after the first occurrence of the latest id in the next
+        ``config.resync_window`` source ids from ``q``: a one-id match is
+        chance anywhere, but not a few ids after where the reply left off.
+        The copy is forgotten once the reply has gone ``resync_window`` ids
+        its own way.
+        """
+        if self._copy is None:
+            return None
+        source, at = self._copy
+        ids = self.ids
+        k = 0
+        appended = len(ids) - at
+        while k < appended and ids[source + k] == ids[at + k]:
+            k += 1
+        if k == appended:
+            return None  # still on the copy: the lookups find it
+        if k < self.config.resync_min:
+            self._copy = None  # the reply never followed it: a chance match, not a copy
+            return None
+        if appended - k > self.config.resync_window:
+            self._copy = None
+            return None
+        q, last = source + k, ids[-1]
+        for r in range(q, min(q + self.config.resync_window, len(ids) - 1)):
+            if ids[r] == last:
+                return r + 1
+        return None
 
 
 def accept_draft(draft: Sequence[int], sampled: Sequence[int]) -> int:

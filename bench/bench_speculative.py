@@ -15,7 +15,12 @@ ignored, as ``bench_engine.py`` does, so every engine emits the same count):
 
 * **code rewrite**: "rewrite this file without its docstrings", a 3.6 kB
   Python file (``backends/cpu.py`` as of commit fcc16f4, pinned so runs compare);
-* **fresh prose**: "write a story", where matches are chance.
+* **fresh prose**: "write a story", where matches are chance (this 0.5B model's story
+  soon repeats itself, and n-gram drafts copy the repeats);
+* **stdlib rewrite**: the standard library's ``fnmatch`` (this Python's) rewritten without docstrings and
+  comments (the model keeps some and edits others: a copy with edits);
+* **json rename**: a 12-record JSON array returned with one field renamed in every record;
+* **typo fix**: a 1.6 kB text with nine typos returned whole, corrected.
 
 tok/s is the generation speed after the first id (the server's own
 ``timings.predicted_per_second``; ours from the ids' arrival times), drafted /
@@ -63,11 +68,65 @@ def chat_ids(tokenizer, question: str) -> list[int]:
     return tokenizer.encode(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n", special=True)
 
 
-def workloads(tokenizer) -> dict[str, list[int]]:
+#: a standard-library module for the second rewrite (the 0.5B model copies ``fnmatch`` with edits of its own;
+#: ``colorsys`` it rewrote from scratch, nothing to copy)
+STDLIB_MODULE = "fnmatch"
+NAMES = ("Ada Lovelace", "Alan Turing", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Donald Knuth",
+         "Frances Allen", "John Backus", "Margaret Hamilton", "Ken Thompson", "Radia Perlman", "Niklaus Wirth")
+CITIES = ("London", "Manchester", "Arlington", "Rotterdam", "Boston", "Stanford")
+#: a text with typos in it (about one word in twenty), to be returned whole and corrected
+TYPO_TEXT = (
+    "The lighthouse stood on the edge of the clif, its white paint peeling after fourty winters of salt and "
+    "wind. Every evening the keeper climbed the ninety-nine steps to the lamp room, trimmed the wick, wound "
+    "the clockwork that turned the lens, and wrote a line in the log: the weather, the ships that passed, and "
+    "anything else worth remembering. Most nights there was nothing to write exept the wind. Ships came less "
+    "often now; the new harbour to the south had its own light, brighter and automatic, and the old tower was "
+    "kept mostly out of habbit. The keeper did not mind. He liked the quiet, the long hours with a book by the "
+    "stove, and the sound of the sea against the rocks below, which never stoped and never repeated itself "
+    "exactly. In the spring the puffins came back to the cliffs and he counted them from the gallery, making a "
+    "small mark in the margin of the log for every hundered birds. In the autumn the storms came, and on the "
+    "worst nights he did not sleep at all, but sat by the lamp and listened to the tower creak around him like "
+    "an old ship. One morning after such a storm he walked down to the beach to see what the sea had left "
+    "behind. There was driftwood, a tangle of rope, a broken lobster pot, and half buried in the sand a green "
+    "glass bottle with a cork in its neck and a rolled paper inside. He carried it back up the path, sat down at "
+    "the kitchen table, and for a long while did not open it, because he had waited his whole life for "
+    "something like this and was afraid it would be dissapointing.")
+
+
+def people_json() -> str:
+    """A pretty-printed JSON array of twelve records, the same every run."""
+    import json
+
+    people = [{"id": 1000 + i, "name": name, "email": name.lower().replace(" ", ".") + "@example.org",
+               "city": CITIES[i % len(CITIES)], "active": i % 3 != 0, "score": round(50 + 3.7 * i, 1)}
+              for i, name in enumerate(NAMES)]
+    return json.dumps(people, indent=2)
+
+
+def stdlib_source() -> str:
+    import importlib
+    import inspect
+
+    return Path(inspect.getsourcefile(importlib.import_module(STDLIB_MODULE))).read_text()
+
+
+def workload_texts() -> dict[str, str]:
+    """Each workload's user message: copy-heavy turns of four kinds, and fresh prose."""
     source = subprocess.run(["git", "show", f"{PINNED_FILE[0]}:{PINNED_FILE[1]}"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout
-    rewrite = f"Rewrite this Python file without its docstrings:\n\n```python\n{source}```"
-    return {"code rewrite": chat_ids(tokenizer, rewrite), "fresh prose": chat_ids(tokenizer, STORY)}
+    return {
+        "code rewrite": f"Rewrite this Python file without its docstrings:\n\n```python\n{source}```",
+        "fresh prose": STORY,
+        "stdlib rewrite": f"Rewrite this Python module without its docstrings and comments:\n\n```python\n"
+                          f"{stdlib_source()}```",
+        "json rename": "Return this JSON exactly as it is, except that the field \"email\" is renamed to "
+                       f"\"contact\" in every record. Reply with the JSON only.\n\n```json\n{people_json()}\n```",
+        "typo fix": f"Fix the spelling mistakes in this text and return the whole text, corrected:\n\n{TYPO_TEXT}",
+    }
+
+
+def workloads(tokenizer) -> dict[str, list[int]]:
+    return {name: chat_ids(tokenizer, text) for name, text in workload_texts().items()}
 
 
 def local_round(backend, prompt: list[int], n: int) -> tuple[float, tuple[int, int] | None, list[int]]:
@@ -154,9 +213,9 @@ def first_difference(a: list[int], b: list[int]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--ids", type=int, default=300, help="ids per code-rewrite reply")
+    parser.add_argument("--ids", type=int, default=300, help="ids per copy-heavy reply")
     parser.add_argument("--prose-ids", type=int, default=300, help="ids per prose reply")
-    parser.add_argument("--only", default="code rewrite,fresh prose")
+    parser.add_argument("--only", default="code rewrite,fresh prose,stdlib rewrite,json rename,typo fix")
     parser.add_argument("--pair", action="store_true", help="the 1.5B with the 0.5B as its draft model")
     args = parser.parse_args()
     model = asset_path("qwen2.5-coder-1.5b.gguf" if args.pair else "qwen2.5-coder-0.5b.gguf")
@@ -190,7 +249,7 @@ def main() -> int:
                 for name in names:
                     if name.startswith("tokchat"):  # warm-up: the prompt is cached, nothing recorded
                         engines[name](prompt, 4)
-                n = args.ids if workload == "code rewrite" else args.prose_ids
+                n = args.prose_ids if workload == "fresh prose" else args.ids
                 for r in range(args.rounds):
                     order = names[r % len(names):] + names[: r % len(names)]
                     for name in order:

@@ -16,6 +16,7 @@ speculation numbers of a real ``llama-server --spec-type ngram-mod``.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def test_drafter_prefers_the_longest_match_and_never_matches_itself():
 
 def test_drafter_respects_the_minimum_draft():
     drafter = NgramDrafter([1, 2, 3, 1, 2], DrafterConfig(sizes=(2,), max_draft=8, min_draft=2))
-    assert drafter.draft() == [3, 1, 2]
+    assert drafter.draft() == [3, 1, 2, 3, 1, 2, 3, 1]  # "1 2" was followed by "3 1 2": round the loop
+    assert drafter.draft(room=1) == []
     assert drafter.draft(limit=1) == []
 
 
@@ -265,6 +267,16 @@ PROMPTS = {
     "repeat a list": "Repeat this list exactly, one item a line: apple, pear, plum, fig, kiwi, lime, date, "
                      "grape, mango, peach, melon, lemon, cherry, quince.",
     "fresh prose": "Write a short story about a lighthouse keeper.",
+    "json rename": "Return this JSON exactly as it is, except that the field \"email\" is renamed to \"contact\" "
+                   "in every record. Reply with the JSON only.\n\n```json\n" + json.dumps(
+                       [{"id": 100 + i, "name": name, "email": f"{name.lower()}@example.org", "active": i % 2 == 0}
+                        for i, name in enumerate(("Ada", "Alan", "Grace", "Edsger", "Barbara", "Donald"))],
+                       indent=2) + "\n```",
+    "typo fix": "Fix the spelling mistakes in this text and return the whole text, corrected:\n\nThe keeper "
+                "climbed the ninety-nine steps to the lamp room every evening, trimed the wick, wound the "
+                "clockwork that turned the lens, and wrote a line in the log: the wether, the ships that "
+                "passed, and anything else worth remembering. Most nights there was nothing to write exept "
+                "the wind, and the sea against the rocks below, which never stoped.",
 }
 
 
@@ -419,3 +431,52 @@ def test_a_long_match_is_a_copy_drafted_long_and_even_after_auto_gave_up():
     chance = NgramDrafter(story + list(range(2000, 2010)) + story[:6], config)
     assert chance.draft(limit=16) == story[6:22]  # a 6-id match: the current length only
     assert chance.draft(limit=16, long_only=True) == []  # after auto gave up: chance matches are not drafted
+
+
+def test_a_match_that_runs_into_the_suffix_goes_round_the_loop():
+    """A reply stuck in a loop of period p: the draft repeats the loop past the context's end (as ngram-mod's
+    chained lookups do), not just the p ids that follow the match."""
+    loop = [7, 8, 9, 10, 11]
+    drafter = NgramDrafter([1, 2] + loop * 3, DrafterConfig(sizes=(6,), max_draft=12, min_draft=2))
+    assert drafter.draft() == (loop * 3)[:12]
+    assert drafter.draft(room=7) == (loop * 2)[:7]
+    assert drafter.draft(limit=3) == [7, 8, 9]
+
+
+#: the drafter alone, with the lookups the engine uses but small enough to read
+EDIT_CONFIG = DrafterConfig(sizes=(12, 6), max_draft=8, min_draft=2, long_match=12, long_draft=8,
+                            resync_after=6, resync_window=4, resync_min=3)
+
+
+def test_a_copy_left_for_an_edit_is_picked_up_after_it():
+    """A copy with one id replaced (a typo fixed, a field renamed): once the reply's next id is found just past
+    the edit in the source, the draft goes on from there, without waiting for a 6-id match."""
+    source = list(range(100, 140))
+    drafter = NgramDrafter(source + [0] + source[:12], EDIT_CONFIG)
+    assert drafter.draft() == source[12:20]  # a 12-id match: the copy
+    drafter.extend(source[12:15] + [999])  # three ids kept, then the reply's own id where the source has 115
+    assert drafter.draft() == []  # 999 is not in the source past the edit
+    drafter.extend([116])  # the reply is back on the source: 116 came after the replaced 115
+    assert drafter.draft() == source[17:25]
+    drafter.extend(source[17:20] + [888, 777])  # an edit of two ids in place of 120, 121
+    drafter.extend([122])
+    assert drafter.draft() == source[23:31]
+
+
+def test_resync_needs_a_copy_that_was_followed_and_an_edit_nearby():
+    source = list(range(100, 140))
+    chance = NgramDrafter(source + [0] + source[:12], EDIT_CONFIG)
+    assert chance.draft() == source[12:20]
+    chance.extend([112, 113, 999, 115])  # only two ids kept: under resync_min, a chance match
+    assert chance.draft() == []
+    far = NgramDrafter(source + [0] + source[:12], EDIT_CONFIG)
+    assert far.draft() == source[12:20]
+    far.extend(source[12:16] + [999, 125])  # 125 is 10 ids past the edit: out of the window
+    assert far.draft() == []
+    gone = NgramDrafter(source + [0] + source[:12], EDIT_CONFIG)
+    assert gone.draft() == source[12:20]
+    gone.extend(source[12:16] + [990, 991, 992, 993, 994, 117])  # five ids its own way: the copy is forgotten
+    assert gone.draft() == []
+    gone.extend([118, 119])
+    assert gone.draft() == []  # still forgotten, though 118 119 follow in the source (no 6-id match yet)
+    assert NgramDrafter(source, EDIT_CONFIG).draft(long_only=True) == []  # nothing to resync, no long match
