@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from pathlib import Path
+from typing import Callable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +87,39 @@ def download_with_bar(plan, console) -> Path:
             done = p.done if p.phase == "download" else p.total
             bar.update(task, completed=done, description=label)
 
-        return download(plan, progress=update)
+        return _interruptible(lambda cancel: download(plan, progress=update, cancel=cancel))
+
+
+def _interruptible(run: Callable[[threading.Event], Path]) -> Path:
+    """``run(cancel)`` on a daemon thread while this (main) thread waits in short, interruptible steps.
+
+    A download blocked in a socket read on the main thread may never see Ctrl-C:
+    a server that stops sending without closing leaves the read waiting for
+    bytes that do not come (seen as a pull that ignored Ctrl-C for over a minute).
+    Waiting here instead, Ctrl-C is taken at once: the download is told to stop
+    (at its next chunk) and, if it is stuck, left behind with the process; the
+    partial file keeps what was written, and the next pull resumes it.
+    """
+    cancel, outcome = threading.Event(), {}
+
+    def target() -> None:
+        try:
+            outcome["path"] = run(cancel)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name="tokchat-pull", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        cancel.set()
+        worker.join(2.0)  # a download still receiving stops at its next chunk
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["path"]
 
 
 def pull(ref, console) -> Path:
