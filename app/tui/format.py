@@ -6,7 +6,6 @@ counts or estimates tokens.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.chat.open import human_size  # noqa: F401  (one owner: a chat's load progress writes sizes first)
@@ -64,11 +63,6 @@ def model_bar_text(model_name: str, quantization: str, backend: str, device: str
     text = (f"{model_name} · {quantization} · {backend} on {device} · "
             f"template {template} · ctx {context_size}")
     return f"{text} · ⚠ {caveat}" if caveat else text
-
-
-def model_label(path: Path) -> str:
-    """A short model name from its file: ``SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``SmolLM2-135M-Instruct.Q4_1``."""
-    return path.stem if path.suffix == ".gguf" else path.name
 
 
 def meter_level(used: int, limit: int) -> str:
