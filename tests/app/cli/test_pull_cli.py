@@ -81,8 +81,11 @@ def test_list_shows_files_sizes_quantizations_and_the_choice(standin, smollm_pat
 def test_ctrl_c_stops_the_download_and_the_next_pull_resumes(standin, tmp_path, smollm_path):
     hosted = standin.file(REPO, FILE)
     hosted.hold_after = 30_000_000
+    # as from a terminal: SIGINT at its default in the child, whatever an earlier test in this worker left
+    # (an ignored SIGINT is inherited across exec, and Python then installs no KeyboardInterrupt handler)
     proc = subprocess.Popen([sys.executable, "-m", "app", "pull", f"hf:{REPO}/{FILE}"], cwd=ROOT,
-                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     blobs = tmp_path / "hf" / "hub" / ("models--" + REPO.replace("/", "--")) / "blobs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
