@@ -27,7 +27,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 from app.conversation.conversation import Conversation
 from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
-from backends.base import BackendError, GenerationStats, SamplingParams
+from backends.base import BackendError, GenerationStats, SamplingParams, common_prefix_length
 from templates.builder import BuiltPrompt
 from tokenizer.think import ThinkFilter
 
@@ -329,19 +329,10 @@ def cache_cut(conversation: Conversation, prompt: BuiltPrompt, replaced: ChatMes
     tail = conversation._tail
     if replaced is not None and tail is not None and tail[0] is replaced:
         held = held[:len(tail[1].ids)]
-    return len(held) - _common_prefix(held, prompt.ids) if held else 0
+    return len(held) - common_prefix_length(held, prompt.ids) if held else 0
 
 
 def think_close_ids(tokenizer: Any, close_tag: str = "</think>") -> list[int]:
     """The ids that end a think block: ``\\n</think>\\n\\n`` as the model's own tokenizer encodes it
     (``</think>`` is one id where the vocabulary has it), the way Qwen3 and R1 close theirs."""
     return tokenizer.encode(f"\n{close_tag}\n\n", special=True)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
