@@ -36,6 +36,16 @@ def test_every_target_gets_a_short_fuzz():
     assert set(RUNS) == set(TARGETS)
 
 
+def _own_peak_rss() -> None:
+    """Run in the child between fork and exec; its presence makes subprocess fork instead of vfork.
+
+    libFuzzer's ``-rss_limit_mb`` reads the process's peak RSS (``ru_maxrss``), and Linux carries the
+    peak of the address space an ``execve`` replaces into the new program.  Under vfork that address
+    space is the pytest worker's own, so a worker that once held a model (6.4 GB on CI) started every
+    fuzzer "out of memory" at input 0.  A forked child gets a fresh mm whose peak starts near zero.
+    """
+
+
 @pytest.mark.parametrize("target", sorted(RUNS))
 def test_short_fuzz(target, tmp_path):
     import atheris  # noqa: F401  (a missing test extra fails here, not as a skip)
@@ -46,7 +56,8 @@ def test_short_fuzz(target, tmp_path):
     cmd = [sys.executable, str(HERE / "fuzz.py"), target, str(scratch), str(HERE / "corpus" / target),
            f"-runs={RUNS[target]}", "-seed=1", "-timeout=60", "-rss_limit_mb=6144",
            f"-artifact_prefix={artifacts}/"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace")
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace",
+                          preexec_fn=_own_peak_rss)
     out = done.stdout + done.stderr
     found = sorted(p.name for p in artifacts.iterdir())
     assert done.returncode == 0 and not found, f"{target}: exit {done.returncode}, reproducers {found} in " \
@@ -55,3 +66,17 @@ def test_short_fuzz(target, tmp_path):
     assert ran and int(ran.group(1)) == RUNS[target], out[-2000:]
     cov = re.findall(r"cov: (\d+) ft: (\d+)", out)
     assert cov and int(cov[-1][0]) > 0, "atheris saw no coverage: the tokenizer was not instrumented"
+
+
+def test_the_fuzzer_starts_from_its_own_peak_rss():
+    """The CI failure of all five short fuzzes: a worker's past peak became the fuzzer's."""
+    held = bytearray(800 * 1024 * 1024)
+    held[::4096] = b"x" * len(held[::4096])  # touch every page, so the peak is real
+    del held
+    probe = [sys.executable, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"]
+
+    def peak_mb(**how) -> int:
+        return int(subprocess.run(probe, capture_output=True, text=True, check=True, **how).stdout) // 1024
+
+    assert peak_mb() >= 800  # the inheritance this guards against happens here (vfork)
+    assert peak_mb(preexec_fn=_own_peak_rss) < 200
