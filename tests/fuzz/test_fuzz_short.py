@@ -9,6 +9,7 @@ test's temporary folder (the failure message names it).  ``bench/fuzz_campaign.p
 """
 from __future__ import annotations
 
+import os
 import platform
 import re
 import subprocess
@@ -36,14 +37,13 @@ def test_every_target_gets_a_short_fuzz():
     assert set(RUNS) == set(TARGETS)
 
 
-def _own_peak_rss() -> None:
-    """Run in the child between fork and exec; its presence makes subprocess fork instead of vfork.
-
-    libFuzzer's ``-rss_limit_mb`` reads the process's peak RSS (``ru_maxrss``), and Linux carries the
-    peak of the address space an ``execve`` replaces into the new program.  Under vfork that address
-    space is the pytest worker's own, so a worker that once held a model (6.4 GB on CI) started every
-    fuzzer "out of memory" at input 0.  A forked child gets a fresh mm whose peak starts near zero.
-    """
+#: starts the fuzzer from a small process of its own (see test_the_fuzzer_starts_from_its_own_peak_rss)
+FRESH_PARENT = [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"]
+"""libFuzzer's ``-rss_limit_mb`` reads the process's peak RSS (``ru_maxrss``), and Linux carries into a
+program the peak of the address space its ``execve`` replaced.  Started from the pytest worker, that address
+space is the worker's (vfork: its peak, 6.4 GB on CI, and every fuzzer was "out of memory" at input 0) or a
+copy of it (fork: its current RSS, a model or two).  A small interpreter in between has a fresh address space
+of a few MB, and the fuzzer it starts begins from that."""
 
 
 @pytest.mark.parametrize("target", sorted(RUNS))
@@ -56,8 +56,7 @@ def test_short_fuzz(target, tmp_path):
     cmd = [sys.executable, str(HERE / "fuzz.py"), target, str(scratch), str(HERE / "corpus" / target),
            f"-runs={RUNS[target]}", "-seed=1", "-timeout=60", "-rss_limit_mb=6144",
            f"-artifact_prefix={artifacts}/"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace",
-                          preexec_fn=_own_peak_rss)
+    done = subprocess.run(FRESH_PARENT + cmd, cwd=ROOT, capture_output=True, text=True, errors="replace")
     out = done.stdout + done.stderr
     found = sorted(p.name for p in artifacts.iterdir())
     assert done.returncode == 0 and not found, f"{target}: exit {done.returncode}, reproducers {found} in " \
@@ -69,14 +68,15 @@ def test_short_fuzz(target, tmp_path):
 
 
 def test_the_fuzzer_starts_from_its_own_peak_rss():
-    """The CI failure of all five short fuzzes: a worker's past peak became the fuzzer's."""
+    """The CI failure of all five short fuzzes: the worker's memory became the fuzzer's peak RSS."""
     held = bytearray(800 * 1024 * 1024)
-    held[::4096] = b"x" * len(held[::4096])  # touch every page, so the peak is real
-    del held
+    held[::4096] = b"x" * len(held[::4096])  # touch every page: 800 MB resident, as a loaded model is
     probe = [sys.executable, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"]
 
-    def peak_mb(**how) -> int:
-        return int(subprocess.run(probe, capture_output=True, text=True, check=True, **how).stdout) // 1024
+    def peak_mb(cmd: list[str], **how) -> int:
+        return int(subprocess.run(cmd, capture_output=True, text=True, check=True, **how).stdout) // 1024
 
-    assert peak_mb() >= 800  # the inheritance this guards against happens here (vfork)
-    assert peak_mb(preexec_fn=_own_peak_rss) < 200
+    assert peak_mb(probe) >= 800  # the inheritance this guards against (vfork)
+    assert peak_mb(probe, preexec_fn=os.getpid) >= 800  # fork alone copies what is resident
+    assert peak_mb(FRESH_PARENT + probe) < 200
+    del held
