@@ -141,7 +141,7 @@ def teacher_forced(backend, ids: Sequence[int], positions: int) -> list[int]:
 
 
 def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
-            exact: Path | None = None) -> list[Fidelity]:
+            exact: Path | None = None, continuation: SamplingParams = CONTINUATION) -> list[Fidelity]:
     """Load each engine alone (the reference first) and compare it with llama.cpp.
 
     ``exact``: an F32 copy of the same weights (:func:`dequantized_copy`); llama.cpp's picks
@@ -161,7 +161,7 @@ def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
         backend = load(engine, path, log)
         try:
             picks[engine] = teacher_forced(backend, text_ids, positions)
-            replies[engine] = [list(backend.generate(p, CONTINUATION, stops)) for p in prompts]
+            replies[engine] = [list(backend.generate(p, continuation, stops)) for p in prompts]
         finally:
             backend.close()
     exact_picks = exact_replies = None
@@ -169,7 +169,7 @@ def measure(path: Path, engines: Sequence[str], positions: int, log: Path,
         backend = load(REFERENCE, exact, log)
         try:
             exact_picks = teacher_forced(backend, text_ids, positions)
-            exact_replies = [list(backend.generate(p, CONTINUATION, stops)) for p in prompts]
+            exact_replies = [list(backend.generate(p, continuation, stops)) for p in prompts]
         finally:
             backend.close()
     results = []
@@ -190,12 +190,12 @@ def _shared(mine: Sequence[list[int]], theirs: Sequence[list[int]]) -> list[tupl
     return [(len(b) if a == b else common_prefix_length(a, b), len(b)) for a, b in zip(mine, theirs)]
 
 
-def table(results: Sequence[Fidelity], model: str) -> str:
+def table(results: Sequence[Fidelity], model: str, continuation: SamplingParams = CONTINUATION) -> str:
     exact = results[0].exact_agreeing is not None
     lines = [
         f"Fidelity against llama.cpp on {model} (teacher-forced: {results[0].positions} positions of a held "
         f"text, argmax; continuation: {len(PROMPTS)} chat prompts, greedy, default penalty, "
-        f"{CONTINUATION.max_tokens} ids at most)",
+        f"{continuation.max_tokens} ids at most)",
         "",
         "| backend | next-token agreement with llama.cpp |"
         + (" with the exact F32 weights |" if exact else "")

@@ -18,20 +18,24 @@ from pathlib import Path
 
 import pytest
 
+from backends.base import SamplingParams
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from bench_fidelity import PROMPTS, dequantized_copy, measure, table  # noqa: E402
 
-#: teacher-forced positions: enough for the relations below to be tested on every CPU (the bench, and the
-#: table in docs/fidelity.md, measure 300)
-POSITIONS = 120
+#: teacher-forced positions and greedy reply length: enough for the relations below to be tested on every CPU
+#: (the bench, and the table in docs/fidelity.md, measure 300 positions and 48-id replies).  MLX on the CPU
+#: computes about 6 ids a second on one core, so these two numbers are most of the test's minute.
+POSITIONS = 80
+CONTINUATION = SamplingParams(temperature=0, max_tokens=24)
 
 
 @pytest.mark.slow
 def test_mlx_agrees_with_llama_cpp_on_the_same_weights(smollm_path, tmp_path):
     exact = dequantized_copy(smollm_path, tmp_path / "smollm2-f32.gguf", tmp_path / "engine.log")
-    llama, mlx = measure(smollm_path, ["llama.cpp", "mlx"], POSITIONS, tmp_path / "engine.log", exact)
-    print("\n" + table([llama, mlx], smollm_path.name))
+    llama, mlx = measure(smollm_path, ["llama.cpp", "mlx"], POSITIONS, tmp_path / "engine.log", exact, CONTINUATION)
+    print("\n" + table([llama, mlx], smollm_path.name, CONTINUATION))
     assert llama.positions == mlx.positions == POSITIONS
     assert llama.agreement == 1.0 and llama.identical_replies == len(PROMPTS)  # the reference against itself
     # MLX is the exact computation of the file's weights, position for position

@@ -53,10 +53,11 @@ async def test_a_long_prompt_shows_its_progress_and_esc_stops_it(real_app):
         assert reply.role == "assistant" and reply.finish_reason == "cancelled" and reply.content == ""
 
 
-def _long_message(app) -> str:
-    """A typed message of a few thousand ids: SmolLM2 on the CPU evaluates it in a few seconds."""
-    text = "Summarise these notes. " + " ".join(f"Note {i}: the tide was high at dawn." for i in range(300))
-    assert 2000 < app.session.draft_tokens(text) < 8000
+def _long_message(app, notes: int = 300) -> str:
+    """A typed message of ``notes`` notes, about 12 ids each: 300 make a few thousand ids, which SmolLM2 on the
+    CPU evaluates in a few seconds (time for Esc mid-prompt); 90 make four prompt chunks of 256 ids or more."""
+    text = "Summarise these notes. " + " ".join(f"Note {i}: the tide was high at dawn." for i in range(notes))
+    assert 4 * 256 < app.session.draft_tokens(text) < 8000
     return text
 
 
@@ -102,7 +103,7 @@ async def test_the_reply_replaces_the_progress_line(real_app):
     app = real_app(max_tokens=8, ctx=8192)
     async with app.run_test(size=SIZE) as pilot:
         await wait_loaded(pilot)
-        app.prompt_input.text = _long_message(app)
+        app.prompt_input.text = _long_message(app, notes=90)
         app.prompt_input.focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: bool(app.query(AssistantMessage))
