@@ -58,7 +58,7 @@ def test_an_amx_fault_restarts_the_engine_with_repacking_off_and_is_remembered(
     from tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm_path)
-    prompt = tok.encode("<|im_start|>user\n" + "The sea is wide and deep. " * 300 + "<|im_end|>\n"
+    prompt = tok.encode("<|im_start|>user\n" + "The sea is wide and deep. " * 120 + "<|im_end|>\n"
                         "<|im_start|>assistant\n", special=True)
     crashed_pid = backend.pid
 
@@ -104,7 +104,7 @@ def test_a_sigsegv_without_amx_is_not_taken_for_the_amx_fault(smollm_path, tmp_p
     from tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm_path)
-    prompt = tok.encode("<|im_start|>user\n" + "The sea is wide and deep. " * 300 + "<|im_end|>\n"
+    prompt = tok.encode("<|im_start|>user\n" + "The sea is wide and deep. " * 120 + "<|im_end|>\n"
                         "<|im_start|>assistant\n", special=True)
     pid = backend.pid
 

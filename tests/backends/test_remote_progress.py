@@ -1,7 +1,7 @@
 """Through ``--server``, a long prompt's progress is llama-server's own report (``return_progress``).
 
 A real ``llama-server`` (built by tests/assets.py from the pinned sources) evaluates a
-1,500-id prompt in batches of 512; every ``prompt_progress`` event it sends is recorded
+600-id prompt in batches of 128; every ``prompt_progress`` event it sends is recorded
 from the stream, and the generation's ``stats.progress`` (what the TUI shows) must be the
 server's numbers, the reused cache left out, ending at the whole prompt.
 """
@@ -33,14 +33,15 @@ class RecordingStream(LlamaCppStream):
 def test_a_long_prompt_reports_the_servers_own_progress(smollm_path, tmp_path):
     from tokenizer import load_tokenizer
 
-    server = LlamaServer(smollm_path, tmp_path, ctx=2048).start()
+    # batches of 128 ids: the server reports after each, so a prompt of 600 ids makes five reports
+    server = LlamaServer(smollm_path, tmp_path, ctx=2048, extra=("-b", "128", "-ub", "128")).start()
     try:
         tokenizer = load_tokenizer(smollm_path)
         backend = connect(RemoteSettings(url=server.url), tokenizer, str(smollm_path))
         backend.adapter.parser = lambda prompt: RecordingStream(backend.adapter.held_back)
         RecordingStream.seen = []
-        prompt = tokenizer.encode("The tide was high at dawn and the boats went out. " * 200)[:1500]
-        assert len(prompt) == 1500
+        prompt = tokenizer.encode("The tide was high at dawn and the boats went out. " * 80)[:600]
+        assert len(prompt) == 600
         greedy = SamplingParams(temperature=0, max_tokens=2)
         generation = backend.generate(prompt, greedy, set())
         ids = list(generation)
@@ -50,13 +51,13 @@ def test_a_long_prompt_reports_the_servers_own_progress(smollm_path, tmp_path):
             backend.request_json(backend.adapter.recovery(prompt, greedy, 0, 2), generation=True))
         assert ids == oracle and len(ids) == 2
         seen = RecordingStream.seen
-        assert len(seen) >= 3, f"expected a report per 512-id batch, got {seen}"
-        assert all(total == 1500 for _, total, _ in seen)  # a fresh slot: nothing cached
+        assert len(seen) >= 3, f"expected a report per 128-id batch, got {seen}"
+        assert all(total == 600 for _, total, _ in seen)  # a fresh slot: nothing cached
         done = [d for d, _, _ in seen]
-        assert done == sorted(done) and done[0] < 1500 and done[-1] == 1500
+        assert done == sorted(done) and done[0] < 600 and done[-1] == 600
         assert generation.stats.progress is not None
-        assert (generation.stats.progress.done, generation.stats.progress.total) == (1500, 1500)
-        assert generation.stats.prompt_evaluated == 1500
+        assert (generation.stats.progress.done, generation.stats.progress.total) == (600, 600)
+        assert generation.stats.prompt_evaluated == 600
 
         # the same prompt again with one more sentence: the cached part is left out of the count
         RecordingStream.seen = []
@@ -64,7 +65,7 @@ def test_a_long_prompt_reports_the_servers_own_progress(smollm_path, tmp_path):
         again = backend.generate(longer, greedy, set())
         list(again)
         new = again.stats.prompt_evaluated  # the server's own count: the prompt less its cached part
-        assert 0 < new <= len(longer) - 1400
+        assert 0 < new <= len(longer) - 500
         assert RecordingStream.seen and RecordingStream.seen[-1][:2] == (new, new)
         assert (again.stats.progress.done, again.stats.progress.total) == (new, new)
     finally:

@@ -24,7 +24,7 @@ def _reply(model: Path, backend: str, seed: int, tmp_path: Path) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "app", "--model", str(model), "--backend", backend, "--no-history",
          "--prompt", "Write a short poem about autumn leaves.", "--temperature", "0.7", "--seed", str(seed),
-         "--max-tokens", "24"],
+         "--max-tokens", "12"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), result.stderr
@@ -36,5 +36,6 @@ def _reply(model: Path, backend: str, seed: int, tmp_path: Path) -> str:
 def test_a_seed_repeats_its_reply_on_the_same_backend(smollm_path, tmp_path, backend):
     first = _reply(smollm_path, backend, 42, tmp_path)
     assert _reply(smollm_path, backend, 42, tmp_path) == first
-    # the seed is really used: another one samples another reply (24 ids at temperature 0.7)
+    # the seed is really used: another one samples another reply (12 ids at temperature 0.7: on SmolLM2 the
+    # two seeds part by the fourth id on both engines)
     assert _reply(smollm_path, backend, 4242, tmp_path) != first
