@@ -27,8 +27,8 @@ from bench_fidelity import PROMPTS, dequantized_copy, measure, table  # noqa: E4
 #: teacher-forced positions and greedy reply length: enough for the relations below to be tested on every CPU
 #: (the bench, and the table in docs/fidelity.md, measure 300 positions and 48-id replies).  MLX on the CPU
 #: computes about 6 ids a second on one core, so these two numbers are most of the test's minute.
-POSITIONS = 80
-CONTINUATION = SamplingParams(temperature=0, max_tokens=24)
+POSITIONS = 60
+CONTINUATION = SamplingParams(temperature=0, max_tokens=16)
 
 
 @pytest.mark.slow

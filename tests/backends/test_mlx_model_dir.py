@@ -72,7 +72,7 @@ def test_chat_with_model_dir_answers_as_the_gguf_does(smollm_mlx_dir, smollm_pat
     for model, backend in ((smollm_mlx_dir, []), (smollm_path, ["--backend", "mlx"])):
         result = subprocess.run(
             [sys.executable, "-m", "app", "--model", str(model), *backend, "--prompt", "List three fruits, one per line.",
-             "--temperature", "0", "--max-tokens", "24", "--stats", "--no-history"],
+             "--temperature", "0", "--max-tokens", "12", "--stats", "--no-history"],
             capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr
         stats = json.loads(result.stderr.strip().splitlines()[-1])

@@ -284,7 +284,7 @@ PROMPTS = {
 def test_greedy_reply_is_id_for_id_the_reply_without_speculation(pair, qwen_tok, name):
     prompt = chat(qwen_tok, PROMPTS[name])
     stops = {qwen_tok.encode(IM_END, special=True)[0]}
-    sampling = SamplingParams(temperature=0, max_tokens=120)
+    sampling = SamplingParams(temperature=0, max_tokens=80)
     plain, plain_stats = run_with_stats(pair["off"], prompt, sampling, stops)
     fast, fast_stats = run_with_stats(pair["ngram"], prompt, sampling, stops)
     counts = fast_stats.draft
