@@ -44,12 +44,18 @@ class DrafterConfig:
     #: a 3-id match drafted wrong runs and was slower on bench_speculative's rewrite (docs/speculative.md)
     sizes: tuple[int, ...] = (24, 12, 6)
     #: the most ids one draft proposes (a copied run verified 128 ids a batch, faster on the same rewrite than
-    #: 64, 32 or 16: docs/speculative.md); a failed draft halves the next one
+    #: 64, 32 or 16: docs/speculative.md); a failed draft quarters the next one
     max_draft: int = 128
     #: the fewest ids worth a batch (a 1-id draft rarely pays for the batch)
     min_draft: int = 2
-    #: the first draft's length; it doubles after a draft kept whole and halves after one that failed
-    start_draft: int = 16
+    #: the first draft's length; it doubles after a draft kept whole and is divided by ``shrink`` after one that
+    #: failed.  On a CPU a verified id costs about half a one-id step (the batch is compute-bound: 12 ms per batch
+    #: + 15.5 ms per id for Qwen2.5-Coder-0.5B on 2 EPYC cores), so a drafted id pays only if it is kept more
+    #: often than not: starting at 8 and quartering on a failure drafted 294 ids for 260 kept on the stdlib
+    #: rewrite where 16 and halving drafted 450 for 261 (bench/spec_counts.py, docs/speculative.md)
+    start_draft: int = 8
+    #: what a failed draft divides the next one's length by
+    shrink: int = 4
     #: a match of the longest lookup size (24 ids) is a copy, not a coincidence: it drafts up to this many ids
     #: whatever the current length, and still drafts after ``auto`` gave up on chance matches (llama-server's
     #: ngram-mod drafts only such matches, 48 to 64 ids; docs/speculative.md compares the two)
@@ -254,7 +260,7 @@ class AutoPolicy:
         if accepted == drafted:
             self.limit = min(2 * self.limit, self.config.max_draft)
         else:
-            self.limit = max(self.limit // 2, self.config.min_draft)
+            self.limit = max(self.limit // self.config.shrink, self.config.min_draft)
         self._streak = self._streak + 1 if accepted == 0 else 0
         if self.mode != "auto":
             return

@@ -106,7 +106,7 @@ def test_draft_length_grows_on_whole_drafts_and_shrinks_on_failures():
     policy.record(32, 32)
     assert policy.limit == 32  # capped
     policy.record(32, 5)
-    assert policy.limit == 16
+    assert policy.limit == 8  # a quarter: on a CPU a drafted id that is thrown away costs half a step
     for _ in range(5):
         policy.record(2, 0)
     assert policy.limit == 2  # never below the minimum draft
