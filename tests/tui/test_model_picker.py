@@ -147,3 +147,23 @@ async def test_a_failed_download_is_one_notice_and_the_chat_stays(scripted_app, 
         (note,) = [n for n in app._notifications if n.title == "Download failed"]
         assert note.message.startswith("hf:nobody/nothing-GGUF:Q4_K_M: no such repo on http://127.0.0.1")
         assert app.chat.model_path == gemma_path and app.query_one("ModelBar").download == ""
+
+
+async def test_a_vocabulary_only_file_is_not_offered_and_the_status_says_so(scripted_app, machine, smollm_path,
+                                                                           llamacpp_models_dir):
+    """Issue 34: the picker offered tokenizer test files (no weights), and choosing one failed to load."""
+    from screen_text import drawn, words
+
+    (machine["models"] / "ggml-vocab-qwen2.gguf").symlink_to(llamacpp_models_dir / "ggml-vocab-qwen2.gguf")
+    options = ChatOptions(model=str(smollm_path), theme="textual-dark", model_dirs=[machine["models"]])
+    app = scripted_app(["hi"], options=options)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await send(pilot, "/model")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker) and app.screen.entries, what="the list")
+        await pilot.pause()
+        rows = picker_rows(app)
+        assert any(str(machine["gemma"]) in row for row in rows)
+        assert not any("ggml-vocab-qwen2" in row for row in rows)
+        status = words(drawn(app, app.screen.query_one("#status")))
+        assert "1 vocabulary-only file(s) not offered (no weights)" in status, status

@@ -83,13 +83,18 @@ class ModelPicker(ModalScreen[str | None]):
         return row
 
     def _show(self, entries: list, problems: list[str]) -> None:
-        self.entries = entries
+        # a vocabulary-only GGUF (a tokenizer test file) has no weights to chat with: not offered, but counted
+        offered = [e for e in entries if not e.info.vocabulary_only]
+        vocabularies = len(entries) - len(offered)
+        self.entries = entries = offered
         options = self.query_one(OptionList)
         options.clear_options()
         options.add_options([Option(self._row(e), id=str(i)) for i, e in enumerate(entries)])
         if entries:
             options.highlighted = 0
         status = f"{len(entries)} model{'s' if len(entries) != 1 else ''}"
+        if vocabularies:
+            status += f" · {vocabularies} vocabulary-only file(s) not offered (no weights)"
         if problems:
             status += f" · {len(problems)} unreadable file(s) skipped (`tokchat models` lists them)"
         self.query_one("#status", Label).update(status if entries else "no models found")
