@@ -50,7 +50,7 @@ from backends.offload import (
     free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, read_load_report,
 )
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter
-from backends.worker import GenerationWorker, InlineWorker, new_worker
+from backends.worker import Worker, new_worker
 
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
 PREFILL_CHUNK = 256
@@ -119,7 +119,7 @@ class LlamaCppBackend:
         self.drafter_config = DrafterConfig()
         self.log_path: Path | None = None
         self._engine = None
-        self._worker: GenerationWorker | InlineWorker | None = None
+        self._worker: Worker | None = None
         self._model_path: Path | None = None
         self._model_identity: tuple[int, int] | None = None
         self._prefill_chunk = PREFILL_CHUNK

@@ -24,7 +24,7 @@ from backends.base import (
 )
 from backends.model_meta import known_meta
 from backends.sampling import NumpySampler
-from backends.worker import GenerationWorker, InlineWorker, new_worker, run_at_exit
+from backends.worker import Worker, new_worker, run_at_exit
 
 #: ids fed to the model per forward pass while evaluating a prompt: the cancel granularity.
 #: On the CPU, MLX's prompt cost grows linearly with the chunk (no batching gain measured),
@@ -61,7 +61,7 @@ class MLXBackend:
         self._model = None
         self._cache: list | None = None
         self._cached_ids: list[int] = []  # exactly the ids whose keys/values the cache holds
-        self._worker: GenerationWorker | InlineWorker | None = None
+        self._worker: Worker | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         try:

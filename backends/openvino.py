@@ -33,7 +33,7 @@ from backends.base import (
     checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.model_meta import known_meta
-from backends.worker import GenerationWorker, InlineWorker, new_worker
+from backends.worker import Worker, new_worker
 
 #: preference order of OpenVINO device families
 DEVICE_ORDER = ("GPU", "NPU", "CPU")
@@ -139,7 +139,7 @@ class OpenVINOBackend:
         self._inline = inline
         self.info = BackendInfo(backend="openvino", device="CPU", model_name="", quantization="", context_size=0)
         self._pipe = None
-        self._worker: GenerationWorker | InlineWorker | None = None
+        self._worker: Worker | None = None
         self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
 
     def load(self, model_path: Path, options: LoadOptions) -> None:

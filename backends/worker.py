@@ -236,6 +236,10 @@ class InlineWorker:
         return True
 
 
-def new_worker(name: str, inline: bool = False) -> GenerationWorker | InlineWorker:
+#: what a backend runs its engine's calls on: a thread of its own, or the caller's
+Worker = GenerationWorker | InlineWorker
+
+
+def new_worker(name: str, inline: bool = False) -> Worker:
     """The engine's own thread (:class:`GenerationWorker`), or the caller's (:class:`InlineWorker`, ``inline``)."""
     return InlineWorker(name) if inline else GenerationWorker(name)
