@@ -68,22 +68,48 @@ def test_an_unverified_turn_says_so_under_the_reply():
 
 
 @pytest.mark.slow
-async def test_escape_closes_the_stream_and_the_server_stops(server, store, smollm_path):
+async def test_escape_closes_the_stream_and_the_server_stops(store, smollm_path, tmp_path):
+    """Escape closes the HTTP stream, and the server, finding it closed, stops generating.
+
+    The server is held (SIGSTOP) once the reply is on screen, so Escape lands mid-reply
+    however slowly this machine runs; what the server generated is read from its log's
+    "stop processing: n_tokens = N" line, which stays after the reply (``/slots`` resets its
+    count when a reply ends, so polling it raced the reply's end).
+    """
+    import re
+
     from tui_helpers import wait_for
 
-    options = ChatOptions(model=str(smollm_path), server=RemoteSettings(url=server.url), theme="textual-dark",
-                          ctx=512, sampling=SamplingParams(temperature=0.0, max_tokens=300, seed=1))
-    app = ChatApp(options, store=store)
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_loaded(pilot)
-        await send(pilot, "Count from 1 to 200, one number per line.")
-        await wait_for(pilot, lambda: server.slots()[0]["next_token"][0]["n_decoded"] >= 5, what="a few tokens")
-        await pilot.press("escape")
-        await wait_reply(pilot)
-        stats = app.session.messages[-1].stats
-        assert stats.finish_reason == "cancelled" and 0 < stats.completion_tokens < 300
-        await wait_for(pilot, lambda: not server.slots()[0]["is_processing"], 10, what="the server to stop")
-        assert server.slots()[0]["next_token"][0]["n_decoded"] < 150
+    limit = 1500
+    server = LlamaServer(smollm_path, tmp_path, ctx=2048).start()
+    try:
+        options = ChatOptions(model=str(smollm_path), server=RemoteSettings(url=server.url),
+                              theme="textual-dark", ctx=2048,
+                              sampling=SamplingParams(temperature=0.0, max_tokens=limit, seed=1))
+        app = ChatApp(options, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(pilot)
+            await send(pilot, "Count from 1 to 1000, one number per line.")
+
+            def reply_shown() -> bool:
+                replies = app.query(AssistantMessage)
+                return bool(replies) and len(replies.last().content) >= 10
+
+            await wait_for(pilot, reply_shown, what="the reply to show")
+            server.pause()
+            assert app.generating, "the reply ended before the server was held"
+            await pilot.press("escape")
+            await wait_reply(pilot)
+            stats = app.session.messages[-1].stats
+            assert stats.finish_reason == "cancelled" and 0 < stats.completion_tokens < limit
+            server.resume()
+            await wait_for(pilot, lambda: not server.slots()[0]["is_processing"], 30, what="the server to stop")
+        stopped = re.findall(r"stop processing: n_tokens = (\d+)", server.log.read_text())
+        assert stopped, "the server never logged the end of the reply"
+        generated = int(stopped[-1]) - stats.prompt_tokens
+        assert stats.completion_tokens <= generated < limit
+    finally:
+        server.stop()
 
 
 @pytest.fixture
