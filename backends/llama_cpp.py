@@ -49,7 +49,7 @@ from backends.model_meta import known_meta, kv_cache_bytes
 from backends.offload import (
     free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, read_load_report,
 )
-from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter
+from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
 from backends.worker import Worker, new_worker
 
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
@@ -83,11 +83,20 @@ def _ran_out_of_memory(log: str) -> bool:
 
 
 class DraftSources:
-    """Prompt lookup where the context repeats itself, the draft model everywhere else."""
+    """Prompt lookup where the context repeats itself, the draft model everywhere else.
 
-    def __init__(self, ngram: NgramDrafter | None, model) -> None:
+    ``speed`` (``auto``) sets the draft model aside for the rest of the reply
+    when its steps emit ids more slowly than plain steps (:class:`SpeedCheck`);
+    ``draft`` asks it at every step whatever it costs.
+    """
+
+    def __init__(self, ngram: NgramDrafter | None, model, speed: SpeedCheck | None = None) -> None:
         self.ngram = ngram
         self.model = model
+        self.speed = speed
+        #: whether the latest :meth:`draft` asked the draft model (it then paid for its decodes)
+        self.asked_model = False
+        self._drafted = False
 
     def extend(self, ids: Sequence[int]) -> None:
         if self.ngram is not None:
@@ -96,9 +105,16 @@ class DraftSources:
 
     def draft(self, limit: int | None = None, room: int | None = None, long_only: bool = False) -> list[int]:
         found = self.ngram.draft(limit, room, long_only) if self.ngram is not None else []
-        if found or long_only:  # a draft model that keeps failing is not asked again in this reply
-            return found
-        return self.model.draft(limit if limit is not None else self.model.config.max_draft)
+        self.asked_model = not found and not long_only and (self.speed is None or self.speed.may_ask_model())
+        if self.asked_model:  # a draft model that keeps failing is not asked again once auto gave up
+            found = self.model.draft(limit if limit is not None else self.model.config.max_draft)
+        self._drafted = bool(found)
+        return found
+
+    def step_took(self, seconds: float, ids: int) -> None:
+        """The step that followed the latest :meth:`draft` emitted ``ids`` in ``seconds``."""
+        if self.speed is not None:
+            self.speed.record(seconds, ids, asked_model=self.asked_model, drafted=self._drafted)
 
 
 def default_threads() -> int:
@@ -117,6 +133,8 @@ class LlamaCppBackend:
         #: the ``speculative`` setting (backends.speculative.MODES) and the drafter's tuning
         self.speculative = "auto"
         self.drafter_config = DrafterConfig()
+        #: what times a decode step for ``auto``'s draft-model check (:class:`SpeedCheck`); a test may count cost instead
+        self.clock: Callable[[], float] = time.perf_counter
         self.log_path: Path | None = None
         self._engine = None
         self._worker: Worker | None = None
@@ -325,10 +343,13 @@ class LlamaCppBackend:
         engine = self._engine
         n_ctx = engine.n_ctx()
         drafter = self._drafter(prompt) if policy.active else None
+        sources = drafter if isinstance(drafter, DraftSources) else None
+        clock = self.clock
         emitted = 1
         token = sampler.sample(engine.ctx)
         emit(token)
         while not (token in stops or emitted >= max_tokens or cancelled() or len(engine.tokens) >= n_ctx):
+            started = clock()
             base = len(engine.tokens)
             draft: list[int] = []
             if drafter is not None:
@@ -342,6 +363,8 @@ class LlamaCppBackend:
                 token = sampler.sample(engine.ctx)
                 emitted += 1
                 emit(token)
+                if sources is not None:
+                    sources.step_took(clock() - started, 1)
                 continue
             engine.decode([token, *draft], logits="all")
             accepted = 0
@@ -359,6 +382,8 @@ class LlamaCppBackend:
             # the cache keeps the batch up to the id before the last emitted one, as the plain loop would
             engine.truncate(base + i + 1)
             policy.record(len(draft), accepted)
+            if sources is not None:
+                sources.step_took(clock() - started, i + 1)
         if not (token in stops or emitted >= max_tokens) and len(engine.tokens) >= n_ctx:
             stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
 
@@ -370,7 +395,7 @@ class LlamaCppBackend:
 
         model = ModelDrafter(self._draft_engine, prompt)
         ngram = NgramDrafter(prompt, self.drafter_config) if self.speculative in ("auto", "ngram") else None
-        return DraftSources(ngram, model)
+        return DraftSources(ngram, model, SpeedCheck() if self.speculative == "auto" else None)
 
     def _publish_counts(self, stats: GenerationStats, policy: AutoPolicy, drafting: int = 0,
                         accepted: int = 0) -> None:

@@ -226,6 +226,58 @@ def speculative_accept(p, q, x: int, rng) -> int:
     return int(rng.choice(len(p), p=residual / total))
 
 
+class SpeedCheck:
+    """Whether the draft model pays in this reply, judged by how fast its steps emit ids against plain steps.
+
+    Why time and not counts: a draft model costs a decode of its own for
+    every id it proposes, and one even when it proposes nothing (its top
+    choice under ``p_min``), and what a kept id saves depends on the
+    hardware.  On a 2-core CPU a 0.5B draft step costs about 0.4 of a 1.5B
+    step and verifying a batch costs nearly as much per id as a plain step,
+    so the draft model lost with 92% of its ids kept (prose at 0.59x of
+    plain, docs/speculative.md); on a GPU a batch costs about what one id
+    does and the same draft pays.  So ``auto`` measures: the first
+    ``plain_steps`` steps of a reply do not ask the draft model; once
+    ``min_steps`` steps have asked it, the draft model is set aside for the
+    rest of the reply whenever those steps emitted fewer ids per second than
+    the plain ones.  Steps drafted by prompt lookup count for neither: a
+    lookup costs nothing, and its drafts are judged by :class:`AutoPolicy`.
+
+    The probe's cost where the draft model loses: ``min_steps`` slow steps
+    in a reply (8 of 300 ids at 0.6x is about 2%).
+    """
+
+    def __init__(self, plain_steps: int = 4, min_steps: int = 8) -> None:
+        self.plain_steps = plain_steps
+        self.min_steps = min_steps
+        self.plain_seconds = 0.0
+        self.plain_ids = 0
+        self.model_seconds = 0.0
+        self.model_ids = 0
+        self.model_steps = 0
+        #: False once the draft model was set aside in this reply
+        self.model_pays = True
+
+    def may_ask_model(self) -> bool:
+        return self.model_pays and self.plain_ids >= self.plain_steps
+
+    def record(self, seconds: float, ids: int, *, asked_model: bool, drafted: bool) -> None:
+        """Count one step: ``ids`` emitted in ``seconds``; ``drafted`` when its draft came from a lookup or the model."""
+        if asked_model:
+            self.model_seconds += seconds
+            self.model_ids += ids
+            self.model_steps += 1
+        elif not drafted:
+            self.plain_seconds += seconds
+            self.plain_ids += ids
+        else:
+            return
+        if self.model_steps >= self.min_steps and self.plain_ids and self.plain_seconds > 0:
+            plain_rate = self.plain_ids / self.plain_seconds
+            if self.model_ids < plain_rate * self.model_seconds:
+                self.model_pays = False
+
+
 class AutoPolicy:
     """When to draft during one reply.
 

@@ -111,3 +111,81 @@ def test_headless_with_a_draft_model_counts_its_drafts(qwen15_path, qwen_path, t
     stats = json.loads([line for line in done.stderr.splitlines() if line.startswith("{")][-1])
     assert stats["drafted_tokens"] > 0 and 0 < stats["accepted_tokens"] <= stats["drafted_tokens"]
     assert "draft model qwen2.5-coder-0.5b.gguf" in done.stderr
+
+
+# -- auto sets a draft model aside where it does not pay (SpeedCheck) ----------------------------------------------
+
+def test_the_speed_check_sets_the_draft_model_aside_only_where_its_steps_are_slower():
+    from backends.speculative import SpeedCheck
+
+    check = SpeedCheck(plain_steps=2, min_steps=3)
+    assert not check.may_ask_model()  # plain steps first: the yardstick
+    for _ in range(2):
+        check.record(0.10, 1, asked_model=False, drafted=False)  # 10 ids/s plain
+    assert check.may_ask_model()
+    check.record(0.01, 30, asked_model=False, drafted=True)  # a lookup draft counts for neither side
+    assert (check.plain_ids, check.model_steps) == (2, 0)
+    check.record(0.30, 2, asked_model=True, drafted=True)  # 6.7 ids/s, but not enough steps to judge yet
+    check.record(0.20, 1, asked_model=True, drafted=False)  # asked, drafted nothing: the ask still cost
+    assert check.may_ask_model()
+    check.record(0.30, 4, asked_model=True, drafted=True)  # 7 ids in 0.8 s: 8.75 ids/s < 10
+    assert not check.may_ask_model()
+
+    paying = SpeedCheck(plain_steps=1, min_steps=2)
+    paying.record(0.10, 1, asked_model=False, drafted=False)
+    for _ in range(20):
+        paying.record(0.20, 5, asked_model=True, drafted=True)  # 25 ids/s
+    assert paying.may_ask_model()
+
+
+class CostClock:
+    """A clock that reads cost instead of time: each main-model decode 1, each draft-model decode ``draft_cost``.
+
+    Deterministic where wall time is not: the test says how dear a draft step
+    is, and the backend's own check decides.  ``asks`` counts the steps that
+    asked the draft model (each ask cuts its cache back once).
+    """
+
+    def __init__(self, backend, monkeypatch, draft_cost: float) -> None:
+        self.now = 0.0
+        self.asks = 0
+        main, draft = backend._engine, backend._draft_engine
+        monkeypatch.setattr(main, "decode", self._costing(main.decode, 1.0))
+        monkeypatch.setattr(draft, "decode", self._costing(draft.decode, draft_cost))
+        truncate = draft.truncate
+
+        def counted(n: int) -> None:
+            self.asks += 1
+            truncate(n)
+
+        monkeypatch.setattr(draft, "truncate", counted)
+        monkeypatch.setattr(backend, "clock", lambda: self.now)
+
+    def _costing(self, decode, cost: float):
+        def costed(*args, **kwargs):
+            self.now += cost
+            return decode(*args, **kwargs)
+
+        return costed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft_cost, set_aside", [(3.0, True), (0.0, False)])
+def test_auto_sets_a_draft_model_aside_when_its_steps_emit_fewer_ids(engines, tok, monkeypatch, draft_cost,
+                                                                       set_aside):
+    """The real pair under ``auto``: a dear draft model is asked in ``min_steps`` steps and then no more; a free
+    one goes on being asked; either way the reply is the reply without speculation."""
+    from backends.speculative import SpeedCheck
+
+    backend = engines["draft"]
+    monkeypatch.setattr(backend, "speculative", "auto")
+    clock = CostClock(backend, monkeypatch, draft_cost)
+    prompt = chat(tok, "Tell me a short story about a cat who learns to sail.")
+    sampling = SamplingParams(temperature=0, max_tokens=40, repeat_penalty=1.0)
+    fast = run(backend, prompt, sampling, set())
+    plain = run(engines["off"], prompt, sampling, set())
+    assert_same_or_kernel_tie(engines["off"], prompt, plain, fast, sampling)
+    if set_aside:
+        assert clock.asks == SpeedCheck().min_steps
+    else:
+        assert clock.asks > 2 * SpeedCheck().min_steps
