@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from textual import on, work
@@ -220,7 +220,14 @@ class ChatApp(App):
         self.start_load()
 
     def load_model(self, model: str) -> None:
-        """``/model``: load ``model`` with its own preset (sampling, template, context)."""
+        """``/model``: load ``model`` with its own preset (sampling, template, context).
+
+        What ``/temp`` and the other sampling commands set in this session was
+        the user's choice, as a flag is: it goes on with the new model (the
+        preset fills only what nobody set), instead of the options the window
+        was opened with."""
+        if self.chat is not None:
+            self.options = replace(self.options, sampling=replace(self.chat.session.sampling))
         self._next_model = model
         self.start_load()
 

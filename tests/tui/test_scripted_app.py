@@ -307,3 +307,30 @@ async def test_command_palette_runs_and_prefills_commands(scripted_app):
         await wait_for(pilot, lambda: app.prompt_input.text == "/top_k ", what="the prefilled command")
         await pilot.press("3", "enter")
         assert app.session.sampling.top_k == 3
+
+
+async def test_sampling_set_in_the_session_goes_on_with_the_next_model(scripted_app, smollm_path, tmp_path):
+    """``/temp`` then ``/model``: the new model keeps the user's temperature (issue 36's left-out item);
+    read back the way a user does, ``/temp`` alone, from the drawn notice."""
+    import shutil
+
+    from screen_text import toasts
+
+    other = tmp_path / "other.gguf"
+    shutil.copyfile(smollm_path, other)
+    app = scripted_app(["hello"])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_loaded(pilot)
+        for command in ("/temp 0.35", "/top_k 9"):
+            await send(pilot, command)
+        first = app.chat
+        await send(pilot, f"/model {other}")
+        await wait_for(pilot, lambda: app.chat is not first and app.query_one("ModelBar").state == "ready",
+                       what="the other model")
+        app.clear_notifications()
+        await send(pilot, "/temp")
+        await send(pilot, "/top_k")
+        await pilot.pause()
+        shown = " | ".join(toasts(app))
+        assert "temperature = 0.35" in shown and "top_k = 9" in shown, shown
+        assert "other" in str(app.query_one("ModelBar").render())
