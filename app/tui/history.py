@@ -16,6 +16,7 @@ ctrl+z in the history list can put it back with its own ids.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -404,6 +405,19 @@ class ChatHistory:
             self.host.notify(str(exc), severity="error")
         self.refresh()
 
+    def _vocabulary_switch(self, info: Any) -> str:
+        """The model that wrote a stored conversation when its vocabulary is not the loaded model's, else "".
+
+        The TUI goes on where headless ``--resume`` refuses without ``--switch-model``: opening a chat from
+        the sidebar with another model loaded is the user's choice, as ``/model`` is."""
+        from app.history.model_identity import stored_fingerprint, vocabulary_fingerprint
+
+        chat = self.host.chat
+        theirs = stored_fingerprint(info.settings)
+        if chat is None or theirs is None or theirs == vocabulary_fingerprint(chat.tokenizer):
+            return ""
+        return info.model_name or Path(info.model_path).name or "another model"
+
     async def resume_conversation(self, conv_id: int) -> None:
         """Show a stored conversation and continue it with the loaded model."""
         from app.history.store import StoreError
@@ -420,7 +434,12 @@ class ChatHistory:
         from app.conversation.branches import from_links
 
         stored = [m for m in conversation.messages + conversation.branches if m.role != "system"]
-        messages, branches = from_links([(m.id, m.parent_id, m.to_chat_message()) for m in stored],
+        chat_messages = [m.to_chat_message() for m in stored]
+        switched = self._vocabulary_switch(conversation.info)
+        if switched:
+            for message in chat_messages:  # ids of another vocabulary: the replies are encoded again from text
+                message.reply_ids = None
+        messages, branches = from_links([(m.id, m.parent_id, c) for m, c in zip(stored, chat_messages)],
                                         [m.id for m in conversation.messages if m.role != "system"])
         host.end_edit("another conversation opened")
         self._shown += 1
@@ -434,6 +453,16 @@ class ChatHistory:
         session.load_messages(messages, branches)
         if self.recorder is not None:
             self.recorder.resume(conv_id, conversation.messages[-1].id if conversation.messages else None)
+            if switched:  # recorded as /model and headless --switch-model record it
+                chat = host.chat
+                self.recorder.update(model=str(chat.model_path),
+                                     model_name=chat.info.model_name or chat.model_path.stem,
+                                     template=chat.template.name, sampling=session.sampling)
+                self.recorder.store_vocabulary()
+        if switched:
+            host.notify(f"#{conv_id} was written by {switched}, whose vocabulary is not this model's: it goes on "
+                        "with this model, its replies encoded again from their text (the switch is recorded)",
+                        severity="warning", timeout=12)
         await self.branches.show_labels()
         host.update_meter()
         host.prompt_input.focus()

@@ -79,3 +79,48 @@ async def test_model_in_the_tui_records_the_new_vocabulary(smollm_path, qwen_pat
     assert after["preset"] == "qwen2.5" and before["preset"] is None  # the settings it now goes on with
     assert {k: v for k, v in after.items() if k not in (SETTINGS_KEY, "preset")} == \
         {k: v for k, v in before.items() if k not in (SETTINGS_KEY, "preset")}
+
+
+async def test_a_chat_opened_from_the_sidebar_with_another_vocabulary_goes_on_from_its_text(
+        smollm_path, qwen_path, tmp_path):
+    """Issue 34's left-out item: the sidebar's resume compares vocabularies as ``--resume`` does.
+
+    The worst case: the loaded model has the same name as the one that wrote the conversation (here a link
+    named like SmolLM2's file, to Qwen) but another vocabulary, so ``/continue`` sent the stored reply's
+    SmolLM2 ids to Qwen.  Now the reply is encoded again from its text, the notice says so on screen, and the
+    switch is recorded.  Real tokenizers and template, real SQLite; the backend replays fixed replies."""
+    from screen_text import toasts
+    from tui_helpers import wait_for
+
+    from app.tui.loader import scripted_loader
+
+    same_name = tmp_path / "other" / smollm_path.name
+    same_name.parent.mkdir()
+    same_name.symlink_to(qwen_path)
+    with ChatStore(tmp_path / "history.sqlite3") as store:
+        first = ChatApp(ChatOptions(model=str(smollm_path), theme="textual-dark",
+                                    sampling=SamplingParams(max_tokens=2)), store=store,
+                        loader=scripted_loader(smollm_path, ["stored answer that max_tokens cuts"]))
+        async with first.run_test(size=SIZE) as pilot:
+            await wait_loaded(pilot)
+            await send(pilot, "remember me")
+            await wait_reply(pilot)
+        cut = store.load(1).messages[-1].content
+        assert cut and "max_tokens cuts" not in cut
+        app = ChatApp(ChatOptions(model=str(same_name), theme="textual-dark"), store=store,
+                      loader=scripted_loader(same_name, ["next answer"]))
+        async with app.run_test(size=SIZE, notifications=True) as pilot:
+            await wait_loaded(pilot)
+            await app.history.resume_conversation(1)
+            await pilot.pause()
+            shown = " ".join(toasts(app))
+            assert "#1 was written by" in shown and "encoded again from their text" in shown, shown
+            await send(pilot, "/continue")  # the cut reply goes on from its ids
+            await wait_reply(pilot)
+            await wait_for(pilot, lambda: store.load(1).messages[-1].content.endswith("next answer"),
+                           what="the continued reply stored")
+            sent = app.chat.backend._cached  # the prompt the backend was given, in Qwen's ids
+        settings = store.load(1).info.settings
+    qwen = load_tokenizer(qwen_path)
+    assert f"<|im_start|>assistant\n{cut}next answer" in qwen.decode(sent)
+    assert settings[SETTINGS_KEY] == vocabulary_fingerprint(qwen)
