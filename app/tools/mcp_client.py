@@ -38,6 +38,9 @@ from app.settings.tools import ServerConfig
 from app.tools.schemas import function_tool
 
 START_TIMEOUT_S = 30.0
+#: how long a server that printed something other than JSON-RPC on stdout still gets to answer: a banner
+#: line before a working server costs nothing, a server that only prints text is given up in seconds, not 30
+STDOUT_FAULT_GRACE_S = 3.0
 CALL_TIMEOUT_S = 60.0
 #: after a server's stdout fault: what the fix is
 _STDOUT_HINT = "; an MCP stdio server writes only protocol messages there, its logs to stderr"
@@ -77,12 +80,15 @@ class _Server:
         self.errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         #: the first thing it printed on stdout that is not a JSON-RPC message, in words
         self.stdout_fault = ""
+        #: when (the hub loop's clock) it printed that
+        self.fault_at = 0.0
 
     async def on_transport_error(self, message: Any) -> None:
         """The client's message handler: notifications pass, the transport's exceptions (a line on stdout
         that is not JSON-RPC) are kept for the failure line instead of only being logged by the SDK."""
         if isinstance(message, Exception) and not self.stdout_fault:
             self.stdout_fault = _stdout_fault(message)
+            self.fault_at = asyncio.get_running_loop().time()
 
     def last_log_line(self) -> str:
         try:
@@ -190,13 +196,16 @@ class McpHub:
         server.stop = asyncio.Event()
         server.task = asyncio.create_task(self._serve(server, ready))
         try:
-            await asyncio.wait_for(asyncio.shield(ready), self.start_timeout_s)
+            await self._until_ready(server, ready)
         except asyncio.TimeoutError:
             ready.cancel()  # nobody waits any more: the task's end must not set an exception no one reads
             server.stop.set()
             server.task.cancel()
-            fault = f"; it {server.stdout_fault}{_STDOUT_HINT}" if server.stdout_fault else ""
-            self.failures[name] = f"MCP server {name}: did not start within {self.start_timeout_s:g} s{fault}"
+            if server.stdout_fault:
+                self.failures[name] = (f"MCP server {name}: {server.stdout_fault} and did not answer "
+                                       f"(gave up after {STDOUT_FAULT_GRACE_S:g} s){_STDOUT_HINT}")
+            else:
+                self.failures[name] = f"MCP server {name}: did not start within {self.start_timeout_s:g} s"
         except Exception as exc:  # noqa: BLE001 - any failure of one server is reported, never raised
             fault = (f"{server.stdout_fault} ({_reason(exc, server)}){_STDOUT_HINT}" if server.stdout_fault
                      else _reason(exc, server))
@@ -204,6 +213,23 @@ class McpHub:
             server.client = None
         else:
             self.failures.pop(name, None)
+
+    async def _until_ready(self, server: _Server, ready: asyncio.Future) -> None:
+        """Wait for ``ready``; TimeoutError after ``start_timeout_s``, or ``STDOUT_FAULT_GRACE_S`` after the
+        server printed something other than JSON-RPC on stdout (whichever comes first)."""
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + self.start_timeout_s
+        while True:
+            if server.stdout_fault:
+                deadline = min(deadline, server.fault_at + STDOUT_FAULT_GRACE_S)
+            left = deadline - clock()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), min(left, 0.25))
+                return
+            except asyncio.TimeoutError:
+                continue
 
     async def _serve(self, server: _Server, ready: asyncio.Future) -> None:
         """Hold one server's connection open until asked to stop (or the server goes away)."""

@@ -313,6 +313,12 @@ print('{"also": "not JSON-RPC"}', flush=True)
 sys.stdin.readline()
 """
 
+CHATTY_SERVER = """
+import sys, time
+print("Listening for requests (press Ctrl-C to stop)", flush=True)
+time.sleep(120)
+"""
+
 SLEEPING_SERVER = """
 import time
 time.sleep(120)
@@ -338,6 +344,25 @@ def test_tools_gives_one_line_per_failed_server_and_fails_when_all_did(tmp_path)
     assert "printed something other than JSON-RPC on stdout: 'hello, this is not JSON'" in garbage, garbage
     assert garbage.count("garbage") == 1  # not "garbage: not available: MCP server garbage: ..."
     assert "tokchat: no MCP server started" in done.stderr
+
+
+def test_a_server_that_prints_text_and_never_answers_is_given_up_after_the_grace(tmp_path):
+    """It printed a line that is not JSON-RPC and stays up without answering: the failure names the line
+    and says it was given up after the short grace, not after the whole start timeout."""
+    from app.tools.mcp_client import STDOUT_FAULT_GRACE_S
+
+    (tmp_path / "chatty.py").write_text(CHATTY_SERVER, encoding="utf-8")
+    write_config(tmp_path, f"""
+        [mcp.servers.chatty]
+        command = {json.dumps(PYTHON)}
+        args = [{json.dumps(str(tmp_path / "chatty.py"))}]
+        """)
+    done = tokchat(child_env(tmp_path), "tools", timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("chatty:")]
+    assert ("printed something other than JSON-RPC on stdout: 'Listening for requests (press Ctrl-C to stop)' "
+            f"and did not answer (gave up after {STDOUT_FAULT_GRACE_S:g} s)") in line, line
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
 
 
 def test_a_hanging_mcp_server_leaves_no_asyncio_warning(tmp_path):
