@@ -35,7 +35,13 @@ _SPECIAL_KEYS = ("bos", "eos", "eot", "eom", "sep", "pad", "unk")
 
 @dataclass(frozen=True)
 class DraftModelConfig:
-    """How the draft model proposes (llama-server's defaults: ``--draft-max 16 --draft-p-min 0.75``)."""
+    """How the draft model proposes: up to 16 ids, stopping where its own top probability is under 0.75.
+
+    These were llama-server's defaults before the pinned llama.cpp, which drafts 3 ids with no floor
+    (``--spec-type draft-simple``; ``-md`` alone drafts nothing there).  Kept: a long draft is what pays where
+    verification is nearly free (a GPU), and the floor stops a draft the draft model itself doubts; where
+    drafting does not pay at all, ``auto`` sets the draft model aside (:class:`backends.speculative.SpeedCheck`).
+    """
 
     max_draft: int = 16
     p_min: float = 0.75

@@ -58,8 +58,11 @@ class DrafterConfig:
     shrink: int = 4
     #: a match of the longest lookup size (24 ids) is a copy, not a coincidence: it drafts up to this many ids
     #: whatever the current length, and still drafts after ``auto`` gave up on chance matches (llama-server's
-    #: ngram-mod drafts only such matches, 48 to 64 ids; docs/speculative.md compares the two)
-    long_draft: int = 64
+    #: ngram-mod drafts only such matches, 48 to 64 ids; docs/speculative.md compares the two).  48, not 64:
+    #: a copy with an edit every record (a JSON field renamed) or a loop that varies every few sentences is
+    #: cut sooner, and replayed over six saved replies under the CPU's batch cost it came out ahead (json
+    #: rename 1.15x -> 1.34x of plain, a prose loop 1.03x -> 1.10x, the rest unchanged: docs/speculative.md)
+    long_draft: int = 48
     #: how many ids a match must have to count as such a copy
     long_match: int = 24
     #: lookups shorter than this come after picking up the last draft's copy again past an edit (_resync)

@@ -33,7 +33,7 @@ rounds differently from the one-id kernel, so a near-tie can tip).
 With ``--pair`` the contestants are draft-model speculation on the real pair
 of one vocabulary: Qwen2.5-Coder-1.5B (main) with the 0.5B drafting:
 tokchat ``off``, ``draft`` and ``auto`` (prompt lookup, then the draft model)
-against ``llama-server`` alone and with ``-md`` (its default draft settings).
+against ``llama-server`` alone and with ``-md`` and ``--spec-type draft-simple`` (its default draft settings).
 
     .venv/bin/python bench/bench_speculative.py [--rounds 2] [--ids 300] [--pair]
 """
@@ -145,6 +145,18 @@ def local_round(backend, prompt: list[int], n: int) -> tuple[float, tuple[int, i
     return (n - 1) / (last - first), (counts.drafted, counts.accepted) if counts else None, ids
 
 
+def forget(backend) -> None:
+    """Empty the engine's cache (a one-id reply to a one-id prompt that shares nothing with a chat's).
+
+    A fresh llama-server evaluates the prompt from its first id in one batch; a backend that answered the
+    previous workload keeps the chat's common first ids and evaluates the rest, in other batches.  Batches
+    round differently, so the greedy replies then part at a near-tie (the prose reply at id 72, and
+    the comparison with llama-server's n-gram modes was one of two different replies); from an empty cache
+    both evaluate the same batches and give the same ids.
+    """
+    list(backend.generate([198], SamplingParams(temperature=0, max_tokens=1, repeat_penalty=1.0), set()))
+
+
 def server_round(url: str, prompt: list[int], n: int) -> tuple[float, tuple[int, int] | None, list[int]]:
     body = {"prompt": prompt, "n_predict": n, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": True,
             "ignore_eos": True, "return_tokens": True}
@@ -156,11 +168,14 @@ def server_round(url: str, prompt: list[int], n: int) -> tuple[float, tuple[int,
 
 #: llama-server's speculation per contestant name: --spec-type, or a draft model (its defaults otherwise)
 DRAFT_MODEL_SPEC = "draft model"
+#: the pinned llama-server speculates with ``-md`` only when asked for this type: ``-md`` alone loads the draft
+#: model and drafts nothing (its timings then have no ``draft_n``); its draft defaults are 3 ids, p_min 0
+SERVER_DRAFT_TYPE = "draft-simple"
 
 
 def server_spec_args(spec: str) -> list[str]:
     if spec == DRAFT_MODEL_SPEC:
-        return ["-md", str(asset_path("qwen2.5-coder-0.5b.gguf"))]
+        return ["-md", str(asset_path("qwen2.5-coder-0.5b.gguf")), "--spec-type", SERVER_DRAFT_TYPE]
     return ["--spec-type", spec]
 
 
@@ -233,6 +248,7 @@ def main() -> int:
     results: dict[str, dict[str, list]] = {w: {} for w in chosen}
     with tempfile.TemporaryDirectory() as tmp:
         engines = {}
+        backends = {}
         servers = []
         try:
             for mode in local_modes:
@@ -240,6 +256,7 @@ def main() -> int:
                                                           speculative=mode, draft_model=draft,
                                                           log_path=Path(tmp) / f"{mode}.log"))
                 engines[f"tokchat {mode}"] = (lambda p, n, b=backend: local_round(b, p, n))
+                backends[f"tokchat {mode}"] = backend
                 servers.append(backend)
             for spec in server_types:
                 engines[f"llama-server {spec}"] = (
@@ -248,6 +265,7 @@ def main() -> int:
             for workload, prompt in chosen.items():
                 for name in names:
                     if name.startswith("tokchat"):  # warm-up: the prompt is cached, nothing recorded
+                        forget(backends[name])
                         engines[name](prompt, 4)
                 n = args.prose_ids if workload == "fresh prose" else args.ids
                 for r in range(args.rounds):

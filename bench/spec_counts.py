@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench_speculative import server_round, start_server, workloads  # noqa: E402
+from bench_speculative import forget, server_round, start_server, workloads  # noqa: E402
 
 from backends import LoadOptions, SamplingParams  # noqa: E402
 from backends.speculative import AutoPolicy, DrafterConfig, NgramDrafter  # noqa: E402
@@ -178,6 +178,7 @@ def tokchat_reply(backend, prompt: list[int], n: int) -> tuple[list[int], tuple[
         return decode(ids, *args, **kwargs)
 
     sampling = SamplingParams(temperature=0, max_tokens=n, repeat_penalty=1.0)
+    forget(backend)  # the prompt evaluated from its first id, as a fresh llama-server does
     list(backend.generate(prompt, SamplingParams(temperature=0, max_tokens=1, repeat_penalty=1.0), set()))
     engine.decode = counting
     try:
