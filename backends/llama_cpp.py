@@ -26,8 +26,10 @@ reuse on the next turn and ``stats.prompt_evaluated`` are unchanged;
 A draft model (``LoadOptions.draft_model``, :mod:`backends.draft_model`) loads
 in a second context beside the main one after tokchat checked that the two
 vocabularies are one; with ``auto`` prompt lookup drafts where the context
-repeats itself and the draft model everywhere else, and both kinds of draft
-are verified by the same batch.
+repeats itself and the draft model everywhere else, as long as the steps
+that ask it emit ids faster than plain steps do (timed per reply:
+:class:`backends.speculative.SpeedCheck`), and both kinds of draft are
+verified by the same batch.
 
 Not handled: multiple sequences, grammars.
 """
@@ -270,19 +272,31 @@ class LlamaCppBackend:
         """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.
 
         At least the last prompt id is evaluated again: its logits pick the
-        first reply id.
+        first reply id.  A draft model gets the prompt here too, in the same
+        progress: left to its first draft, its catch-up (the whole prompt, on
+        the first turn) landed inside the reply, where it slowed the first
+        drafted step by seconds and made ``auto``'s timing of the draft model
+        (:class:`SpeedCheck`) judge a prompt's cost as a step's.
         """
-        engine = self._engine
-        keep = min(common_prefix_length(engine.tokens, prompt), len(prompt) - 1)
-        engine.truncate(keep)
-        total = len(prompt) - keep
+        engines = [self._engine]
+        if self._draft_engine is not None and self.speculative in ("draft", "auto"):
+            engines.append(self._draft_engine)
+        todo = []
+        for engine in engines:
+            keep = min(common_prefix_length(engine.tokens, prompt), len(prompt) - 1)
+            engine.truncate(keep)
+            todo.append((engine, keep))
+        total = sum(len(prompt) - keep for _, keep in todo)
         started = time.monotonic()
         chunk = self._prefill_chunk
-        for start in range(keep, len(prompt), chunk):
-            if cancelled():
-                return False
-            report(PromptProgress(start - keep, total, started))
-            engine.decode(prompt[start : start + chunk])
+        done = 0
+        for engine, keep in todo:
+            for start in range(keep, len(prompt), chunk):
+                if cancelled():
+                    return False
+                report(PromptProgress(done, total, started))
+                engine.decode(prompt[start : start + chunk])
+                done += len(prompt[start : start + chunk])
         report(PromptProgress(total, total, started))
         return True
 

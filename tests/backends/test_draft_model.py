@@ -143,7 +143,8 @@ class CostClock:
 
     Deterministic where wall time is not: the test says how dear a draft step
     is, and the backend's own check decides.  ``asks`` counts the steps that
-    asked the draft model (each ask cuts its cache back once).
+    asked the draft model (each ask cuts its cache back once; so does the
+    prompt's evaluation, once per reply).
     """
 
     def __init__(self, backend, monkeypatch, draft_cost: float) -> None:
@@ -185,7 +186,27 @@ def test_auto_sets_a_draft_model_aside_when_its_steps_emit_fewer_ids(engines, to
     fast = run(backend, prompt, sampling, set())
     plain = run(engines["off"], prompt, sampling, set())
     assert_same_or_kernel_tie(engines["off"], prompt, plain, fast, sampling)
+    asks = clock.asks - 1  # the prompt's evaluation
     if set_aside:
-        assert clock.asks == SpeedCheck().min_steps
+        assert asks == SpeedCheck().min_steps
     else:
-        assert clock.asks > 2 * SpeedCheck().min_steps
+        assert asks > 2 * SpeedCheck().min_steps
+
+
+@pytest.mark.slow
+def test_the_draft_model_reads_the_prompt_with_the_main_model(engines, tok):
+    """In the prompt's evaluation, in the same progress, not at its first draft inside the reply (where its
+    catch-up cost seconds of reply time and made ``auto`` judge the draft model by a prompt's cost)."""
+    from backends.base import common_prefix_length
+
+    backend = engines["draft"]
+    prompt = chat(tok, "Name three rivers in Europe.")
+    new_ids = [len(prompt) - min(common_prefix_length(engine.tokens, prompt), len(prompt) - 1)
+               for engine in (backend._engine, backend._draft_engine)]
+    shown = []
+    generation = backend.generate(prompt, SamplingParams(temperature=0, max_tokens=1), set(),
+                                  on_progress=shown.append)
+    assert len(list(generation)) == 1  # one id: no step asked the draft model
+    assert backend._draft_engine.tokens == prompt
+    assert shown[-1].done == shown[-1].total == sum(new_ids)  # both models' ids in one progress
+    assert generation.stats.prompt_evaluated == new_ids[0]  # the count of the prompt is the main model's
