@@ -98,7 +98,6 @@ class DraftSources:
         self.speed = speed
         #: whether the latest :meth:`draft` asked the draft model (it then paid for its decodes)
         self.asked_model = False
-        self._drafted = False
 
     def extend(self, ids: Sequence[int]) -> None:
         if self.ngram is not None:
@@ -110,13 +109,13 @@ class DraftSources:
         self.asked_model = not found and not long_only and (self.speed is None or self.speed.may_ask_model())
         if self.asked_model:  # a draft model that keeps failing is not asked again once auto gave up
             found = self.model.draft(limit if limit is not None else self.model.config.max_draft)
-        self._drafted = bool(found)
         return found
 
-    def step_took(self, seconds: float, ids: int) -> None:
-        """The step that followed the latest :meth:`draft` emitted ``ids`` in ``seconds``."""
+    def step_took(self, seconds: float, ids: int, *, drafted: bool) -> None:
+        """The step that followed the latest :meth:`draft` emitted ``ids`` in ``seconds`` (``drafted``: it
+        verified a draft)."""
         if self.speed is not None:
-            self.speed.record(seconds, ids, asked_model=self.asked_model, drafted=self._drafted)
+            self.speed.record(seconds, ids, asked_model=self.asked_model, drafted=drafted)
 
 
 def default_threads() -> int:
@@ -279,7 +278,7 @@ class LlamaCppBackend:
         (:class:`SpeedCheck`) judge a prompt's cost as a step's.
         """
         engines = [self._engine]
-        if self._draft_engine is not None and self.speculative in ("draft", "auto"):
+        if self._draft_engine is not None:  # loaded only where it drafts ("draft", "auto")
             engines.append(self._draft_engine)
         todo = []
         for engine in engines:
@@ -294,9 +293,10 @@ class LlamaCppBackend:
             for start in range(keep, len(prompt), chunk):
                 if cancelled():
                     return False
+                part = prompt[start : start + chunk]
                 report(PromptProgress(done, total, started))
-                engine.decode(prompt[start : start + chunk])
-                done += len(prompt[start : start + chunk])
+                engine.decode(part)
+                done += len(part)
         report(PromptProgress(total, total, started))
         return True
 
@@ -378,7 +378,7 @@ class LlamaCppBackend:
                 emitted += 1
                 emit(token)
                 if sources is not None:
-                    sources.step_took(clock() - started, 1)
+                    sources.step_took(clock() - started, 1, drafted=False)
                 continue
             engine.decode([token, *draft], logits="all")
             accepted = 0
@@ -397,7 +397,7 @@ class LlamaCppBackend:
             engine.truncate(base + i + 1)
             policy.record(len(draft), accepted)
             if sources is not None:
-                sources.step_took(clock() - started, i + 1)
+                sources.step_took(clock() - started, i + 1, drafted=True)
         if not (token in stops or emitted >= max_tokens) and len(engine.tokens) >= n_ctx:
             stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
 

@@ -249,7 +249,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         engines = {}
         backends = {}
-        servers = []
         try:
             for mode in local_modes:
                 backend = open_backend(model, LoadOptions(backend="cpu", n_ctx=4096, n_threads=threads,
@@ -257,7 +256,6 @@ def main() -> int:
                                                           log_path=Path(tmp) / f"{mode}.log"))
                 engines[f"tokchat {mode}"] = (lambda p, n, b=backend: local_round(b, p, n))
                 backends[f"tokchat {mode}"] = backend
-                servers.append(backend)
             for spec in server_types:
                 engines[f"llama-server {spec}"] = (
                     lambda p, n, s=spec: fresh_server_round(model, s, threads, Path(tmp), p, n))
@@ -276,12 +274,8 @@ def main() -> int:
                               f"{results[workload][name][-1][1]}", flush=True)
                     loads.append(os.getloadavg()[0])
         finally:
-            for thing in servers:
-                if isinstance(thing, subprocess.Popen):
-                    thing.terminate()
-                    thing.wait(30)
-                else:
-                    thing.close()
+            for backend in backends.values():  # each llama-server is stopped by its own round
+                backend.close()
     print(f"\nload average during the run: {min(loads):.1f} to {max(loads):.1f}\n")
     print(f"| workload | engine | tok/s | drafted / accepted (rate) | vs tokchat off | vs {reference} "
           "| same ids as no speculation |")
