@@ -14,9 +14,21 @@ Each part is independent and writes what it saw to ``OUT/results.json``
 * **headless**: ``tokchat --prompt ... --stats`` as a user runs it; the stats
   line must say CUDA and every layer on the GPU;
 * **tui**: the real Textual app under Pilot: the model bar (the drawn text)
-  says CUDA and every layer, a reply streams; an SVG of the screen is kept.
+  says CUDA and every layer, a reply streams; an SVG of the screen is kept;
+* **draft**: draft-model speculation on the GPU (issue 38's goals where a
+  verified batch costs about one step).  No real pair can travel, so the main
+  model's last blocks add nothing (``gpu_model.py --silent-from``) and each
+  ``--drafts`` model is its first blocks, byte for byte: a draft that agrees
+  as the real 0.5B agreed with the real 1.5B on the CPU bench's code rewrite
+  (278 of 278 kept).  Each draft's plain decode speed is measured beside the
+  Qwen2.5-0.5B-shaped model's (``--small``), and the cheapest draft that is no
+  cheaper than it drafts: tokchat off / draft / auto against llama-server
+  without and with ``-md`` (its defaults); the 0.5B-shaped model, which agrees
+  with nothing, drafts too, for ``auto``'s back-off and greedy ids under
+  rejection on CUDA.
 
     python bench/gpu_check.py OUT --model MODEL.gguf --server-bin DIR [--rounds 5]
+        [--small SMALL.gguf --drafts D8.gguf D12.gguf ...]
 """
 from __future__ import annotations
 
@@ -94,6 +106,12 @@ class Server:
 
 def local_round(backend, prompt: list[int], n: int) -> tuple[list[int], float, float]:
     """(ids, decode tok/s after the first id, prompt ids/s) of one greedy reply from an empty cache."""
+    ids, decode, prompt_rate, _ = counted_round(backend, prompt, n)
+    return ids, decode, prompt_rate
+
+
+def counted_round(backend, prompt: list[int], n: int) -> tuple[list[int], float, float, tuple[int, int] | None]:
+    """:func:`local_round` and the reply's (drafted, accepted) ids, None where nothing was drafted."""
     # leave one id in the cache that the prompt does not start with: the whole prompt is then evaluated in
     # one batch, as llama-server evaluates it (a split batch may round differently: a near-tie can flip)
     list(backend.generate([prompt[0] ^ 1], SamplingParams(temperature=0, max_tokens=1), set()))
@@ -109,7 +127,9 @@ def local_round(backend, prompt: list[int], n: int) -> tuple[list[int], float, f
         ids.append(token)
     assert first is not None and last is not None and len(ids) == n, len(ids)
     evaluated = generation.stats.prompt_evaluated
-    return ids, (n - 1) / (last - first), evaluated / (first - started)
+    counts = generation.stats.draft
+    return (ids, (n - 1) / (last - first), evaluated / (first - started),
+            (counts.drafted, counts.accepted) if counts else None)
 
 
 def load(model: Path, log: Path, **options) -> object:
@@ -239,7 +259,83 @@ def part_tui(args, results: dict) -> None:
     results["tui"] = asyncio.run(drive())
 
 
-PARTS = {"ids": part_ids, "speed": part_speed, "kill": part_kill, "headless": part_headless, "tui": part_tui}
+def part_draft(args, results: dict) -> None:
+    if not args.small or not args.drafts:
+        raise RuntimeError("the draft part needs --small and --drafts")
+    tok = load_tokenizer(args.model)
+    prompt = chat_prompt(tok, QUESTIONS[0])
+    n = args.decode_ids
+    report: dict = {"prompt_ids": len(prompt), "reply_ids": n}
+    results["draft"] = report
+    alone = {}
+    for path in (args.model, args.small, *args.drafts):
+        backend = load(path, args.out / f"engine-alone-{path.stem}.log", speculative="off")
+        try:
+            local_round(backend, prompt, 8)
+            alone[path.name] = statistics.median(local_round(backend, prompt, n)[1] for _ in range(3))
+        finally:
+            backend.close()
+    report["plain_tok_s"] = alone
+    # the cheapest draft that costs a step no less than the real draft model's shape does
+    chosen = next((d for d in args.drafts if alone[d.name] <= alone[args.small.name]), args.drafts[-1])
+    report["draft"] = chosen.name
+    local = {"tokchat off": dict(speculative="off"),
+             "tokchat draft": dict(speculative="draft", draft_model=chosen),
+             "tokchat auto": dict(speculative="auto", draft_model=chosen),
+             "tokchat draft, 0.5B shape": dict(speculative="draft", draft_model=args.small),
+             "tokchat auto, 0.5B shape": dict(speculative="auto", draft_model=args.small)}
+    remote = {"llama-server none": (),
+              "llama-server -md": ("-md", str(chosen), "--spec-type", "draft-simple")}
+    engines: dict = {}
+    try:
+        for i, (name, options) in enumerate(local.items()):
+            engines[name] = load(args.model, args.out / f"engine-draft-{i}.log", **options)
+        for i, (name, extra) in enumerate(remote.items()):
+            engines[name] = Server(args.server_bin / "llama-server", args.model,
+                                   args.out / f"server-draft-{i}.log", *extra)
+        names = list(engines)
+        for name in names:  # warm-up, outside the rounds
+            one_reply(engines[name], prompt, 8)
+        rows = {name: {"tok_s": [], "counts": [], "ids": None} for name in names}
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                ids, speed, counts = one_reply(engines[name], prompt, n)
+                row = rows[name]
+                row["tok_s"].append(speed)
+                row["counts"].append(counts)
+                row["ids"] = row["ids"] or ids
+    finally:
+        for engine in engines.values():
+            engine.close()
+    off = rows["tokchat off"]
+    for name, row in rows.items():
+        row["median"] = statistics.median(row["tok_s"])
+        row["vs_tokchat_off"] = row["median"] / statistics.median(off["tok_s"])
+        reference = rows["llama-server none"]["ids"] if name.startswith("llama-server") else off["ids"]
+        row["ids_equal"] = row["ids"] == reference
+        row["agree_through"] = next((i for i, (a, b) in enumerate(zip(row["ids"], reference)) if a != b),
+                                    len(row["ids"]))
+    for row in rows.values():
+        row["ids"] = row["ids"][:16]
+    report["rows"] = rows
+    report["tokchat_draft_vs_server_md"] = rows["tokchat draft"]["median"] / rows["llama-server -md"]["median"]
+    report["server_offload"] = [line.strip() for i in range(len(remote))
+                                for line in (args.out / f"server-draft-{i}.log").read_text().splitlines()
+                                if "offloaded" in line]
+
+
+def one_reply(engine, prompt: list[int], n: int) -> tuple[list[int], float, tuple[int, int] | None]:
+    """(ids, decode tok/s, (drafted, accepted)) of one greedy reply from tokchat's engine or llama-server."""
+    if isinstance(engine, Server):
+        answer = engine.complete(prompt, n)
+        timings = answer["timings"]
+        counts = (int(timings["draft_n"]), int(timings["draft_n_accepted"])) if "draft_n" in timings else None
+        return answer["tokens"], timings["predicted_per_second"], counts
+    ids, speed, _, counts = counted_round(engine, prompt, n)
+    return ids, speed, counts
+
+
+PARTS = {"ids": part_ids, "speed": part_speed, "kill": part_kill, "headless": part_headless, "tui": part_tui, "draft": part_draft}
 
 
 def main() -> int:
@@ -252,6 +348,9 @@ def main() -> int:
     parser.add_argument("--decode-ids", type=int, default=256)
     parser.add_argument("--prompt-ids", type=int, default=4000)
     parser.add_argument("--only", default=",".join(PARTS))
+    parser.add_argument("--small", type=Path, help="the draft model's shape with random weights (draft part)")
+    parser.add_argument("--drafts", type=Path, nargs="*", default=[],
+                        help="the main model's first blocks, cheapest first (draft part)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {"model": args.model.name}

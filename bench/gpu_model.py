@@ -27,6 +27,10 @@ import numpy as np
 #: Qwen2.5-1.5B-Instruct's hyper-parameters (its config.json)
 QWEN25_15B = {"embd": 1536, "blocks": 28, "heads": 12, "kv_heads": 2, "ff": 8960, "ctx": 32768,
               "rope_base": 1_000_000.0, "eps": 1e-6}
+#: Qwen2.5-0.5B-Instruct's (the draft model of the CPU bench's pair)
+QWEN25_05B = {"embd": 896, "blocks": 24, "heads": 14, "kv_heads": 2, "ff": 4864, "ctx": 32768,
+              "rope_base": 1_000_000.0, "eps": 1e-6}
+SHAPES = {"1.5b": QWEN25_15B, "0.5b": QWEN25_05B}
 
 
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, scale: float) -> np.ndarray:
@@ -34,14 +38,23 @@ def random_matrix(rng: np.random.Generator, rows: int, cols: int, scale: float) 
     return (rng.standard_normal((rows, cols), dtype=np.float32) * scale).astype(np.float16)
 
 
-def write_model(vocab: Path, out: Path, blocks: int, seed: int = 0) -> None:
+def write_model(vocab: Path, out: Path, blocks: int | None = None, seed: int = 0, *, shape_name: str = "1.5b",
+                silent_from: int | None = None, peak: float = 1.0) -> None:
+    """``silent_from``: blocks from that index on write nothing into the residual stream (zero output and
+    down projections) yet cost their full compute, so a model of the first blocks alone predicts exactly
+    what this one does (:func:`keep_blocks`); ``peak`` scales the final norm so that the next id is as
+    certain as a trained model's on text it copies (random weights alone give a flat distribution, and a
+    draft model stops drafting below llama-server's and tokchat's 0.75 floor)."""
     import gguf
 
-    shape = dict(QWEN25_15B, blocks=blocks)
+    base = SHAPES[shape_name]
+    blocks = base["blocks"] if blocks is None else blocks
+    shape = dict(base, blocks=blocks)
     source = gguf.GGUFReader(str(vocab))
     n_vocab = len(source.fields["tokenizer.ggml.tokens"].data)
     writer = gguf.GGUFWriter(str(out), "qwen2")
-    writer.add_name(f"Qwen2.5-1.5B shape, random weights (seed {seed}, {blocks} blocks)")
+    silent = "" if silent_from is None else f", blocks {silent_from}+ silent"
+    writer.add_name(f"Qwen2.5-{shape_name.upper()} shape, random weights (seed {seed}, {blocks} blocks{silent})")
     writer.add_context_length(shape["ctx"])
     writer.add_embedding_length(shape["embd"])
     writer.add_block_count(blocks)
@@ -60,9 +73,10 @@ def write_model(vocab: Path, out: Path, blocks: int, seed: int = 0) -> None:
     kv = head_dim * shape["kv_heads"]
     ones = np.ones(embd, dtype=np.float32)
     writer.add_tensor("token_embd.weight", random_matrix(rng, n_vocab, embd, 0.05))
-    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output_norm.weight", ones * peak)
     for b in range(blocks):
         p = f"blk.{b}."
+        quiet = silent_from is not None and b >= silent_from
         writer.add_tensor(p + "attn_norm.weight", ones)
         writer.add_tensor(p + "attn_q.weight", random_matrix(rng, embd, embd, 0.02))
         writer.add_tensor(p + "attn_q.bias", rng.standard_normal(embd, dtype=np.float32) * 0.02)
@@ -70,14 +84,51 @@ def write_model(vocab: Path, out: Path, blocks: int, seed: int = 0) -> None:
         writer.add_tensor(p + "attn_k.bias", rng.standard_normal(kv, dtype=np.float32) * 0.02)
         writer.add_tensor(p + "attn_v.weight", random_matrix(rng, kv, embd, 0.02))
         writer.add_tensor(p + "attn_v.bias", rng.standard_normal(kv, dtype=np.float32) * 0.02)
-        writer.add_tensor(p + "attn_output.weight", random_matrix(rng, embd, embd, 0.02))
+        writer.add_tensor(p + "attn_output.weight", random_matrix(rng, embd, embd, 0.0 if quiet else 0.02))
         writer.add_tensor(p + "ffn_norm.weight", ones)
         writer.add_tensor(p + "ffn_gate.weight", random_matrix(rng, ff, embd, 0.02))
         writer.add_tensor(p + "ffn_up.weight", random_matrix(rng, ff, embd, 0.02))
-        writer.add_tensor(p + "ffn_down.weight", random_matrix(rng, embd, ff, 0.02))
+        writer.add_tensor(p + "ffn_down.weight", random_matrix(rng, embd, ff, 0.0 if quiet else 0.02))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
+    writer.close()
+
+
+def keep_blocks(source: Path, out: Path, keep: int) -> None:
+    """The first ``keep`` blocks of a (quantized) GGUF, byte for byte, as a model of its own.
+
+    Made from a model written with ``silent_from <= keep``, it predicts exactly what the whole model predicts
+    (the same quantized weights, the dropped blocks added nothing) at a fraction of the cost: a draft model
+    that agrees with the main model as the real 0.5B agrees with the real 1.5B on copied code (the CPU bench
+    kept 278 of 278 drafted ids there), at the cost of a real draft model.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(source))
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    writer = gguf.GGUFWriter(str(out), arch)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == f"{arch}.block_count":
+            value = keep
+        elif field.name == "general.name":
+            value = f"{value}, first {keep} blocks"
+        writer.add_key_value(field.name, value, kind, sub_type=sub)
+    kept = [t for t in reader.tensors
+            if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < keep]
+    for tensor in kept:
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                               tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in kept:
+        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
     writer.close()
 
 
@@ -101,12 +152,25 @@ def _copy_field(writer, key: str, field) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=Path, required=True, help="a vocab-only GGUF (tokenizer.* keys)")
+    parser.add_argument("--vocab", type=Path, help="a vocab-only GGUF (tokenizer.* keys)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--blocks", type=int, default=QWEN25_15B["blocks"])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1.5b")
+    parser.add_argument("--blocks", type=int, help="default: the shape's")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--silent-from", type=int, help="blocks from this index on add nothing (see keep_blocks)")
+    parser.add_argument("--peak", type=float, default=1.0, help="scale of the final norm (peaked next-id odds)")
+    parser.add_argument("--keep-blocks", type=int, help="with --source: write its first N blocks as a model")
+    parser.add_argument("--source", type=Path, help="a GGUF to cut (--keep-blocks)")
     args = parser.parse_args()
-    write_model(args.vocab, args.out, args.blocks, args.seed)
+    if args.keep_blocks is not None:
+        if args.source is None:
+            parser.error("--keep-blocks needs --source")
+        keep_blocks(args.source, args.out, args.keep_blocks)
+    else:
+        if args.vocab is None:
+            parser.error("--vocab is needed to write a model")
+        write_model(args.vocab, args.out, args.blocks, args.seed, shape_name=args.shape,
+                    silent_from=args.silent_from, peak=args.peak)
     print(f"{args.out}: {args.out.stat().st_size / 2**20:.0f} MiB")
     return 0
 
