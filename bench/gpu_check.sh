@@ -25,6 +25,9 @@ WORK=${GPU_WORK:-$PWD/.gpu-work}
 export TOKCHAT_ACCELERATOR=${TOKCHAT_ACCELERATOR:-cuda}
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=${XDG_CACHE_HOME:-$WORK/cache}
 SITE=$WORK/site
+# the main model's shape (1.5b; 7b: 15 GB of F16 written beside the build, its first blocks draft) and the
+# blocks that draft for it: GPU_MAIN_SHAPE=7b GPU_SILENT_FROM=2 GPU_DRAFT_BLOCKS="2 3 4 6 8" for a 7B
+MAIN_SHAPE=${GPU_MAIN_SHAPE:-1.5b}
 SILENT=${GPU_SILENT_FROM:-8}
 PEAK=${GPU_PEAK:-20}
 DRAFT_BLOCKS=${GPU_DRAFT_BLOCKS:-8 12 16 20 24 26}
@@ -42,7 +45,7 @@ fi
 export PYTHONPATH="$SITE:$PWD"
 stamp "wheels installed"
 
-MAIN=$WORK/qwen2.5-1.5b-shape-random.Q4_K_M.gguf
+MAIN=$WORK/qwen2.5-$MAIN_SHAPE-shape-random.Q4_K_M.gguf
 SMALL=$WORK/qwen2.5-0.5b-shape-random.Q4_K_M.gguf
 f16() {  # f16 TARGET.gguf ARGS...: the F16 model for TARGET, written by gpu_model.py (nothing if TARGET is there)
   local target=$1; shift
@@ -51,7 +54,7 @@ f16() {  # f16 TARGET.gguf ARGS...: the F16 model for TARGET, written by gpu_mod
     --out "$target.f16" --peak "$PEAK" "$@" > "$target.txt" 2>&1
 }
 # the F16 models are written while llama.cpp compiles (numpy on one core beside nvcc)
-f16 "$MAIN" --silent-from "$SILENT" ${GPU_MODEL_BLOCKS:+--blocks $GPU_MODEL_BLOCKS} & writing_main=$!
+f16 "$MAIN" --shape "$MAIN_SHAPE" --silent-from "$SILENT" ${GPU_MODEL_BLOCKS:+--blocks $GPU_MODEL_BLOCKS} & writing_main=$!
 f16 "$SMALL" --shape 0.5b & writing_small=$!
 
 python3 -m backends.engine_build --source "$KIT/llama-src.tar.gz" --extra llama-quantize --jobs "$(nproc)" \
@@ -74,7 +77,7 @@ for target in "$MAIN" "$SMALL"; do
 done
 DRAFTS=()
 for k in $DRAFT_BLOCKS; do
-  d=$WORK/qwen2.5-1.5b-shape-random.first$k.Q4_K_M.gguf
+  d=$WORK/qwen2.5-$MAIN_SHAPE-shape-random.first$k.Q4_K_M.gguf
   [ -f "$d" ] || PYTHONPATH="$PYTHONPATH:$KIT/gguf-py" python3 bench/gpu_model.py --source "$MAIN" \
     --keep-blocks "$k" --out "$d" > "$d.txt" 2>&1 || { cat "$d.txt"; exit 8; }
   DRAFTS+=("$d")

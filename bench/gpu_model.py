@@ -30,7 +30,10 @@ QWEN25_15B = {"embd": 1536, "blocks": 28, "heads": 12, "kv_heads": 2, "ff": 8960
 #: Qwen2.5-0.5B-Instruct's (the draft model of the CPU bench's pair)
 QWEN25_05B = {"embd": 896, "blocks": 24, "heads": 14, "kv_heads": 2, "ff": 4864, "ctx": 32768,
               "rope_base": 1_000_000.0, "eps": 1e-6}
-SHAPES = {"1.5b": QWEN25_15B, "0.5b": QWEN25_05B}
+#: Qwen2.5-7B-Instruct's: a main model whose step its weights dominate on a GPU (its own output matrix)
+QWEN25_7B = {"embd": 3584, "blocks": 28, "heads": 28, "kv_heads": 4, "ff": 18944, "ctx": 32768,
+             "rope_base": 1_000_000.0, "eps": 1e-6, "untied": True}
+SHAPES = {"1.5b": QWEN25_15B, "0.5b": QWEN25_05B, "7b": QWEN25_7B}
 
 
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, scale: float) -> np.ndarray:
@@ -73,6 +76,8 @@ def write_model(vocab: Path, out: Path, blocks: int | None = None, seed: int = 0
     kv = head_dim * shape["kv_heads"]
     ones = np.ones(embd, dtype=np.float32)
     writer.add_tensor("token_embd.weight", random_matrix(rng, n_vocab, embd, 0.05))
+    if shape.get("untied"):
+        writer.add_tensor("output.weight", random_matrix(rng, n_vocab, embd, 0.05))
     writer.add_tensor("output_norm.weight", ones * peak)
     for b in range(blocks):
         p = f"blk.{b}."
