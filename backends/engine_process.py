@@ -34,6 +34,7 @@ import os
 import queue
 import sys
 import threading
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO
@@ -122,6 +123,13 @@ class EngineHost:
             backend.load(Path(request.path), options)
         except BackendError as exc:
             self.wire.send(LoadFailed(str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug of ours while loading: said as itself, not as a dead engine
+            # left to end the process, it read as "the engine died of SIGABRT while loading MODEL", which blames
+            # the model; the engine stays up without a model and the traceback goes to the engine log
+            traceback.print_exc()
+            self.wire.send(LoadFailed(f"{type(exc).__name__}: {exc} (a fault of tokchat's; the traceback is in the "
+                                      "engine log)"))
             return
         self.backend = backend
         self.wire.send(Loaded(asdict(backend.info)))

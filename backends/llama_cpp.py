@@ -225,6 +225,7 @@ class LlamaCppBackend:
         """
         from backends.draft_model import DraftModelConfig, vocab_difference
         from backends.llama_engine import LlamaEngine, LlamaEngineError
+        from tokenizer.errors import TokenizerError
 
         path = options.draft_model
         if path is None:
@@ -232,7 +233,7 @@ class LlamaCppBackend:
         path = Path(path)
         try:
             differs = vocab_difference(main, path)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TokenizerError) as exc:  # TokenizerError: no GGUF, a cut one, no vocabulary
             self.close()
             raise BackendError(f"could not read the draft model {path.name}: {exc}") from exc
         if differs:

@@ -99,6 +99,24 @@ def test_a_draft_model_of_another_vocabulary_is_refused_in_one_line(qwen_path, s
     assert str(refused.value) == line
 
 
+@pytest.mark.parametrize("content", ["not a gguf", "truncated"])
+def test_a_draft_model_file_that_cannot_be_read_is_one_line_naming_it(qwen_path, tmp_path, content):
+    """The user's path (the engine process): a draft model that is no GGUF, or a GGUF cut short, is named in one
+    line; it used to kill the engine while loading and blame the main model ("died of SIGABRT while loading
+    qwen2.5-coder-0.5b.gguf")."""
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n" if content == "not a gguf"
+                      else qwen_path.read_bytes()[:4096])
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "--model", str(qwen_path), "--draft-model", str(draft), "--speculative", "auto",
+         "--prompt", "Say hi", "--max-tokens", "4", "--ctx", "512", "--no-history"],
+        capture_output=True, text=True, env=child_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if "draft.gguf" in line]
+    assert len(lines) == 1 and "could not read the draft model draft.gguf: bad GGUF file" in lines[0], done.stderr
+    assert "died" not in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.slow
 def test_headless_with_a_draft_model_counts_its_drafts(qwen15_path, qwen_path, tmp_path):
     """The user's path: flags, settings, the engine process, the stats line."""

@@ -141,6 +141,34 @@ def test_a_model_that_fails_to_load_is_one_error_and_no_process_is_left(tmp_path
     assert "\n" not in str(failed.value) and backend.pid is None
 
 
+def test_a_fault_of_ours_while_loading_is_said_as_itself_and_the_engine_stays_up(smollm_path, tmp_path):
+    """An exception that is no BackendError (here a Load with an option the engine does not know, as a chat of
+    another version might send) used to end the engine, which the chat then read as "died of SIGABRT while
+    loading MODEL", blaming the model.  Now the engine answers LoadFailed with the exception and goes on."""
+    from backends.engine_wire import Close, Load, LoadFailed, decode, encode
+
+    log = tmp_path / "engine.log"
+    with log.open("wb") as err:
+        child = subprocess.Popen([sys.executable, "-m", ENGINE_PROCESS_MODULE], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=err)
+    try:
+        child.stdin.write(encode(Load("llama.cpp", "CPU", str(smollm_path), {"n_ctx": 512, "no_such_option": 1})))
+        child.stdin.flush()
+        answer = decode(child.stdout.readline())
+        assert isinstance(answer, LoadFailed), answer
+        assert answer.error.startswith("TypeError: ") and "no_such_option" in answer.error
+        assert "\n" not in answer.error and "engine log" in answer.error
+        assert child.poll() is None  # still up, and ends when told to
+        child.stdin.write(encode(Close()))
+        child.stdin.flush()
+        assert child.wait(30) == 0
+        assert "Traceback" in log.read_text()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_closing_ends_the_engine_process(smollm_path, tmp_path):
     backend = HostedBackend("llama.cpp")
     backend.load(smollm_path, LoadOptions(n_ctx=512, log_path=tmp_path / "engine.log"))
