@@ -129,6 +129,8 @@ class ChatApp(App):
         self._with_preset = with_preset
         #: the model ``/model`` opens next (its preset is applied in the load thread)
         self._next_model: str | None = None
+        #: what the last load set aside for the model it loaded (a draft model of another vocabulary), shown with it
+        self._load_notice: str | None = None
         self.loader: Loader = loader or load_chat
         #: applied to every TurnStats before it is shown (snapshots pin the timings)
         self.stats_filter = stats_filter or (lambda stats: stats)
@@ -241,12 +243,14 @@ class ChatApp(App):
                 # the preset (template, sampling, context) comes from the model's header: read here,
                 # not before the first frame; the header is then handed on to the loader
                 self.options, self._with_preset = self._with_preset(), None
+            load_options, self._load_notice = self.options, None
             if self._next_model is not None:
-                from app.tui.loader import options_for_model
+                from app.tui.loader import draft_for_model, options_for_model
 
                 model, self._next_model = self._next_model, None
                 self.options = options_for_model(self.options, model)
-            chat = self.loader(self.options, progress)
+                load_options, self._load_notice = draft_for_model(self.options)
+            chat = self.loader(load_options, progress)
             # the reply widget (Markdown) is imported here, off the event loop, before the first reply
             import app.tui.widgets.assistant_message  # noqa: F401
         except Exception as exc:  # shown on screen; the app stays usable
@@ -272,6 +276,8 @@ class ChatApp(App):
             await self.chat_view.add_notice(chat.template_notice, "warning")
         for note in getattr(chat.info, "notes", []):
             await self.chat_view.add_notice(note)
+        if self._load_notice:
+            await self.chat_view.add_notice(self._load_notice, "warning")
         self.steer.apply_remembered()  # thinking and budget remembered for this model
         self.update_meter()
         self.history.model_ready()

@@ -69,6 +69,34 @@ def options_for_model(options: ChatOptions, model: str) -> ChatOptions:
                    model_meta=new.model_meta, **chosen)
 
 
+def draft_for_model(options: ChatOptions) -> tuple[ChatOptions, str | None]:
+    """The options ``/model`` loads with, and a notice when the configured draft model was set aside.
+
+    A draft model (``--draft-model``) drafts only for models of its own vocabulary.  After ``/model`` to a
+    model of another one, the user asked for that model and the draft model is only an aid: the model loads
+    without it (``speculative = "draft"`` becomes ``auto``, prompt lookup) and the notice says why.  The
+    window keeps the draft model in its options, so a later ``/model`` back to a model it fits drafts again.
+    At start-up a mismatch stays an error (the flags asked for both).  Reads both vocabularies: call it off
+    the event loop.  Files that cannot be read are left to the engine, which names them in one line.
+    """
+    draft, model = options.draft_model, options.model_path
+    if draft is None or model is None or options.speculative not in ("draft", "auto") or not model.is_file():
+        return options, None
+    from backends.draft_model import vocab_difference
+    from tokenizer.errors import TokenizerError
+
+    try:
+        differs = vocab_difference(model, draft)
+    except (OSError, ValueError, TokenizerError):
+        return options, None
+    if differs is None:
+        return options, None
+    why = differs.split(": ", 1)[-1]
+    speculative = "auto" if options.speculative == "draft" else options.speculative
+    return (replace(options, draft_model=None, speculative=speculative),
+            f"draft model {draft.name} set aside for {model.name}: {why}; speculation: prompt lookup only")
+
+
 def scripted_loader(model_path: Path, replies: Sequence[str], *, delay_s: float = 0.0,
                     fail_after: int | None = None, context_size: int = 2048) -> Loader:
     """A loader whose backend replays ``replies`` (cycled, one per turn) as our tokenizer's ids.

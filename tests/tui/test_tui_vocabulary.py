@@ -124,3 +124,37 @@ async def test_a_chat_opened_from_the_sidebar_with_another_vocabulary_goes_on_fr
     qwen = load_tokenizer(qwen_path)
     assert f"<|im_start|>assistant\n{cut}next answer" in qwen.decode(sent)
     assert settings[SETTINGS_KEY] == vocabulary_fingerprint(qwen)
+
+
+async def test_model_to_another_vocabulary_sets_the_draft_model_aside_and_takes_it_back_after(
+        smollm_path, qwen_path, tmp_path):
+    """``/model`` with a draft model configured (``--draft-model``) to a model of another vocabulary used to be
+    refused ("… cannot draft for smollm2.gguf"): the draft model, an aid, blocked the model the user asked for.
+    Now the new model loads without it and a notice on screen says so; back on a model of the draft's
+    vocabulary, it drafts again."""
+    from screen_text import drawn, words
+    from tui_helpers import wait_for
+
+    options = ChatOptions(model=str(qwen_path), backend="cpu", ctx=1024, speculative="auto",
+                          draft_model=qwen_path, sampling=SamplingParams(temperature=0.0, max_tokens=4, seed=1))
+    with ChatStore(tmp_path / "history.sqlite3") as store:
+        app = ChatApp(options, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_loaded(pilot)
+            assert "draft model qwen2.5-coder-0.5b.gguf" in words(drawn(app))
+            await send(pilot, f"/model {smollm_path}")
+            await wait_for(pilot, lambda: app.chat is not None and app.chat.model_path == smollm_path, 120,
+                           what="the second model")
+            await wait_loaded(pilot)
+            screen = words(drawn(app).replace("█", " "))  # a notice's left bar starts each of its rows
+            assert "Could not load" not in screen
+            assert ("draft model qwen2.5-coder-0.5b.gguf set aside for smollm2.gguf: their vocabularies have "
+                    "151936 and 49152 tokens" in screen), screen
+            await send(pilot, "Say hi")
+            await wait_reply(pilot)
+            assert app.session.messages[-1].role == "assistant"
+            await send(pilot, f"/model {qwen_path}")
+            await wait_for(pilot, lambda: app.chat is not None and app.chat.model_path == qwen_path, 120,
+                           what="the first model again")
+            await wait_loaded(pilot)
+            assert any("draft model qwen2.5-coder-0.5b.gguf: drafts" in note for note in app.chat.info.notes)
