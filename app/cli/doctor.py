@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", help="with --server: our tokenizer for the id check (default: what the "
                         "server serves); else the model to check against the local backends (default: the "
                         "configured one)")
+    parser.add_argument("--draft-model", metavar="PATH.gguf", help="the draft model to check against the model "
+                        "(default: the configured model.draft_model): its vocabulary and what it costs in memory")
 
 
 def model_caveats(model: str | None) -> list[str]:
@@ -38,6 +41,38 @@ def model_caveats(model: str | None) -> list[str]:
     caveat = gguf_caveat(meta.quantization) if meta.format == "gguf" else ""
     return [f"model {meta.path.name}: {caveat}" if caveat else
             f"model {meta.path.name}: {meta.quantization}, no backend known to convert it lossily"]
+
+
+def draft_model_lines(model: str | None, draft: Path | None, n_ctx: int | None, speculative: str) -> list[str]:
+    """The configured draft model: whether it can draft for ``model`` and what it holds in memory beside it.
+
+    The same vocabulary check the engine makes before it loads one (:func:`backends.draft_model.vocab_difference`),
+    and its weights and KV cache from its header, so that the memory is known before a chat starts.
+    """
+    if draft is None:
+        return []
+    from app.models.resolution import resolve_model
+    from backends.base import BackendError
+    from backends.draft_model import vocab_difference
+    from backends.model_meta import kv_cache_bytes, read_model_meta
+    from backends.offload import model_sizes
+    from tokenizer.errors import TokenizerError
+
+    try:
+        main = resolve_model(model)
+        differs = vocab_difference(main, draft)
+        weights = model_sizes(draft).total
+        kv = kv_cache_bytes(read_model_meta(draft), n_ctx) if n_ctx else None
+    except (BackendError, OSError, ValueError, TokenizerError) as exc:
+        return [f"draft model {draft.name}: cannot be used ({exc})"]
+    if differs:
+        return [f"draft model: {differs}"]
+    memory = f"about {weights / 2**20:.0f} MiB of weights" + (
+        f" + {kv / 2**20:.0f} MiB of KV cache at {n_ctx:,} ids of context" if kv is not None else "")
+    used = ("drafts with speculative = draft" if speculative == "draft" else
+            "drafts where auto's timing finds it pays" if speculative == "auto" else
+            f"not loaded: speculative = {speculative} uses no draft model")
+    return [f"draft model {draft.name}: same vocabulary as {main.name}; {memory}, beside the model's; {used}"]
 
 
 def engine_lines() -> list[str]:
@@ -110,13 +145,13 @@ def run(args: argparse.Namespace) -> int:
 
     from tokenizer.accel import accel_status
 
-    report = detect()
-    model = args.model
-    if model is None:
-        from app.models.preset_match import chat_options
+    from app.models.preset_match import chat_options
 
-        model = chat_options(argparse.Namespace()).model
-    caveats = model_caveats(model)
+    report = detect()
+    configured = chat_options(argparse.Namespace(draft_model=getattr(args, "draft_model", None), model=args.model))
+    model = args.model if args.model is not None else configured.model
+    caveats = model_caveats(model) + draft_model_lines(model, configured.draft_model, configured.ctx,
+                                                       configured.speculative)
     engine = engine_lines()
     if args.json:
         print(json.dumps({**report.to_dict(), "tokenizer": accel_status(), "model_notes": caveats,
