@@ -158,3 +158,26 @@ async def test_model_to_another_vocabulary_sets_the_draft_model_aside_and_takes_
                            what="the first model again")
             await wait_loaded(pilot)
             assert any("draft model qwen2.5-coder-0.5b.gguf: drafts" in note for note in app.chat.info.notes)
+
+
+def test_which_draft_model_a_model_switch_keeps(smollm_path, qwen_path, qwen15_path, tmp_path):
+    """``draft_for_model`` on real files: the draft model stays where it fits, is set aside (with the reason)
+    where its vocabulary differs or it cannot be read, and is no matter where nothing would load it."""
+    from app.tui.loader import draft_for_model
+
+    def switched(model: Path, draft: Path, speculative: str = "auto") -> tuple[ChatOptions, str | None]:
+        return draft_for_model(ChatOptions(model=str(model), model_path=model, draft_model=draft,
+                                           speculative=speculative))
+
+    kept, notice = switched(qwen15_path, qwen_path)
+    assert kept.draft_model == qwen_path and notice is None
+    aside, notice = switched(smollm_path, qwen_path, "draft")
+    assert aside.draft_model is None and aside.speculative == "auto"  # "draft" has nothing to draft with now
+    assert notice == ("draft model qwen2.5-coder-0.5b.gguf set aside for smollm2.gguf: their vocabularies have "
+                      "151936 and 49152 tokens; speculation: prompt lookup only")
+    gone = tmp_path / "deleted.gguf"
+    aside, notice = switched(qwen15_path, gone)
+    assert aside.draft_model is None and notice.startswith(
+        "draft model deleted.gguf set aside for qwen2.5-coder-1.5b.gguf: it cannot be read: ")
+    unused, notice = switched(smollm_path, qwen_path, "ngram")  # ngram loads no draft model
+    assert unused.draft_model == qwen_path and notice is None
