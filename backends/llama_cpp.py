@@ -205,6 +205,9 @@ class LlamaCppBackend:
                  f"{repack}, log in {self.log_path}"]
         if draft_note:
             notes.append(draft_note)
+        if self.device == "CPU" and options.n_gpu_layers not in (None, 0):
+            notes.append(f"--gpu-layers {options.n_gpu_layers} has nothing to offload to: llama.cpp runs on the "
+                         "CPU here (`tokchat doctor` says why)")
         if self.device != "CPU":
             notes.append(f"{self.device}: {report.summary() or f'{offloaded} layers on the GPU'}"
                          + ("" if plan is None or plan.all_on_gpu else
@@ -251,11 +254,14 @@ class LlamaCppBackend:
                 "cache)")
 
     def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None):
-        """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown)."""
-        if asked is not None:
-            return asked, None
+        """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown).
+
+        On the CPU nothing is offloaded whatever was asked: llama.cpp ignores the number there, and taking it
+        as given made the stats say "10/31" layers on a GPU that is not there (see :meth:`load`'s note)."""
         if self.device == "CPU":
             return 0, None
+        if asked is not None:
+            return asked, None
         free = free_vram_bytes() if self.device == "CUDA" else None
         kv = kv_cache_bytes(meta, n_ctx)
         blocks = meta.kv.get(f"{meta.architecture}.block_count")

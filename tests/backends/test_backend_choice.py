@@ -94,3 +94,23 @@ def test_not_a_gguf_is_a_clear_error(tmp_path):
     bad.write_bytes(b"not a model at all, just text")
     with pytest.raises(BackendError, match="bad.gguf is not a readable GGUF model"):
         open_backend(bad, LoadOptions())
+
+
+def test_gpu_layers_on_the_cpu_is_said_and_not_counted(smollm_path, tmp_path):
+    """``--gpu-layers 10`` where llama.cpp runs on the CPU: one note says nothing is offloaded, and the stats
+    count no layer on a GPU (they said "10/31", a GPU that is not there, and the prompt went in GPU-sized
+    batches)."""
+    import subprocess
+    import sys
+
+    from process_env import child_env
+
+    done = subprocess.run([sys.executable, "-m", "app", "--model", str(smollm_path), "--gpu-layers", "10",
+                           "--prompt", "Say hi", "--max-tokens", "2", "--temperature", "0", "--ctx", "512",
+                           "--stats", "--no-history"],
+                          capture_output=True, text=True, env=child_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("tokchat: --gpu-layers 10 has nothing to offload to: llama.cpp runs on the CPU here (`tokchat doctor` "
+            "says why)") in done.stderr.splitlines()
+    stats = json.loads([line for line in done.stderr.splitlines() if line.startswith("{")][-1])
+    assert stats["device"] == "CPU" and stats["gpu_layers"] == "" and stats["vram_mib"] == 0
