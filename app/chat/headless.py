@@ -5,8 +5,9 @@
 * notices (template fallback, dropped turns) and errors go to stderr, one line each;
 * ``--stats`` writes one JSON line of :class:`app.conversation.session.TurnStats` to stderr at the end,
   always a line of its own (reasoning shown without a final newline is ended first, see :class:`_Stderr`);
-* Ctrl-C cancels the generation cleanly: the partial reply stays printed, the stats line
-  (``finish_reason: "cancelled"``) is still written, and the exit status is 130.  A
+* Ctrl-C cancels the generation cleanly: the partial reply stays printed, one line on stderr says
+  so and how to go on with it (``--resume N --continue``), the stats line
+  (``finish_reason: "cancelled"``) is still written, last, and the exit status is 130.  A
   second Ctrl-C interrupts at once.  SIGTERM (``timeout``, systemd, docker) and SIGHUP
   (the terminal closed) do the same, exiting 143 and 129: the history keeps everything
   that was printed.  A closed stdout (``| head -c 10``) stops the reply the same way:
@@ -116,6 +117,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                         status = EXIT_INTERRUPTED
                     if wrote_content:
                         reply_out.write("\n")
+                    if caught:  # before the stats, which stay the last line
+                        print(_stopped_line(caught[0], getattr(recorder, "conversation_id", None)), file=err)
                     if options.stats:
                         from app.history.export import finite
 
@@ -134,6 +137,14 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
             tools.close()
         session.backend.close()
     return status
+
+
+def _stopped_line(signum: int, conversation: int | None) -> str:
+    """What a signal did to the reply, and how to go on with it: one line."""
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    where = (f"; it is stored: tokchat --resume {conversation} --continue goes on with it" if conversation is not None
+             else "")
+    return f"tokchat: stopped by {name}: the reply so far is kept{where}"
 
 
 def _this_turns_reply(session: ChatSession, outcome: TurnOutcome | None) -> ChatMessage | None:

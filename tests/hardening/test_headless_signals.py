@@ -63,6 +63,11 @@ def test_a_stop_signal_mid_reply_stores_everything_that_was_printed(smollm_path,
     content, finish, _ = _stored_reply(env)
     assert finish == "cancelled"
     assert printed.decode().rstrip("\n") == content  # every character shown, and nothing else
+    with ChatStore(Path(env["TOKCHAT_DATA_DIR"]) / "history.sqlite3") as store:
+        stored = store.last_conversation_id()
+    said = "Ctrl-C" if signame == "SIGINT" else signame  # one line: what stopped it, and how to go on
+    assert err_text.strip().splitlines()[-2] == (f"tokchat: stopped by {said}: the reply so far is kept; it is "
+                                                 f"stored: tokchat --resume {stored} --continue goes on with it")
     print(f"{signame}: {len(printed)} bytes printed, {len(content)} characters stored")
 
 
