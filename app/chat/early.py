@@ -93,6 +93,8 @@ class EarlyEngine:
         path = Path(resolve_model(options.model))
         header = model_header.take_header(path, options)
         with self._lock:
+            if self._closed:  # the chat ended while the model was resolved: no engine to start for it
+                return
             spare, self._spare = self._spare, None
         load = StartedLoad(options, path, header, start_engine(options, path, header, spare))
         with self._lock:

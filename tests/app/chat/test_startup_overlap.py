@@ -246,6 +246,27 @@ def test_an_early_engine_for_other_options_is_closed_when_another_chat_opens(smo
         session.backend.close()
 
 
+def test_a_load_for_a_chat_that_already_ended_starts_no_engine(smollm_path, tmp_path, monkeypatch):
+    """The TUI resolves the model on a thread; a window closed meanwhile used to have that thread start an
+    engine process anyway and discard it (one more engine child of a process that had ended its chat)."""
+    import app.chat.early
+    from app.chat.early import EarlyEngine
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    started: list[object] = []
+    real_start = app.chat.early.start_engine
+
+    def start_spy(*args, **kwargs):
+        started.append(args[1])
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(app.chat.early, "start_engine", start_spy)
+    early_engine = EarlyEngine()
+    early_engine.close()
+    early_engine.start_load(ChatOptions(model=str(smollm_path), ctx=256))
+    assert started == [] and _engine_children() == []
+
+
 def test_the_windows_early_load_hands_over_its_options_and_engine(smollm_path, tmp_path, monkeypatch):
     """What ``tokchat`` (the TUI) does before Textual is imported: the preset and the engine's load on a
     thread; the window's load thread then opens the chat with those options and that engine."""
