@@ -48,25 +48,30 @@ class DraftModelConfig:
 
 
 def vocab_difference(main: Path, draft: Path) -> str | None:
-    """None when the two GGUFs share one vocabulary id for id; else what differs, in one line."""
+    """None when the two GGUFs share one vocabulary id for id; else what differs, in one line naming both."""
+    why = vocab_mismatch(main, draft)
+    return None if why is None else f"{Path(draft).name} cannot draft for {Path(main).name}: {why}"
+
+
+def vocab_mismatch(main: Path, draft: Path) -> str | None:
+    """None when the two GGUFs share one vocabulary id for id; else the first difference (its reason alone)."""
     from tokenizer.gguf import read_gguf
     from tokenizer.gguf_vocab import read_vocab
 
     a, b = read_vocab(read_gguf(main)), read_vocab(read_gguf(draft))
-    names = f"{Path(draft).name} cannot draft for {Path(main).name}"
     if a["model"] != b["model"]:
-        return f"{names}: their tokenizers differ ({b['model']} against {a['model']})"
+        return f"their tokenizers differ ({b['model']} against {a['model']})"
     ta, tb = a["tokens"], b["tokens"]
     if len(ta) != len(tb):
         # llama.cpp pads some vocabularies; ids beyond the shorter list cannot be drafted, so refuse
-        return f"{names}: their vocabularies have {len(tb)} and {len(ta)} tokens"
+        return f"their vocabularies have {len(tb)} and {len(ta)} tokens"
     first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), None)
     if first is not None:
-        return f"{names}: token {first} is {tb[first]!r} in the draft and {ta[first]!r} in the main model"
+        return f"token {first} is {tb[first]!r} in the draft and {ta[first]!r} in the main model"
     sa, sb = a.get("special") or {}, b.get("special") or {}
     for key in _SPECIAL_KEYS:
         if sa.get(key) != sb.get(key):
-            return f"{names}: their {key} ids differ ({sb.get(key)} against {sa.get(key)})"
+            return f"their {key} ids differ ({sb.get(key)} against {sa.get(key)})"
     return None
 
 

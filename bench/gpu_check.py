@@ -335,7 +335,8 @@ def one_reply(engine, prompt: list[int], n: int) -> tuple[list[int], float, tupl
     return ids, speed, counts
 
 
-PARTS = {"ids": part_ids, "speed": part_speed, "kill": part_kill, "headless": part_headless, "tui": part_tui, "draft": part_draft}
+PARTS = {"ids": part_ids, "speed": part_speed, "kill": part_kill, "headless": part_headless, "tui": part_tui,
+         "draft": part_draft}
 
 
 def main() -> int:

@@ -77,28 +77,21 @@ def draft_for_model(options: ChatOptions) -> tuple[ChatOptions, str | None]:
     without it (``speculative = "draft"`` becomes ``auto``, prompt lookup) and the notice says why.  The
     window keeps the draft model in its options, so a later ``/model`` back to a model it fits drafts again.
     A draft model that cannot be read (deleted, cut short) is set aside the same way.  At start-up either
-    stays an error (the flags asked for both).  Reads both vocabularies: call it off the event loop.  A model
-    that cannot be read is left to the load, which names it in one line.
+    stays an error (the flags asked for both).  Reads both vocabularies: call it off the event loop.  (A model
+    that cannot be read fails its load, which says so; this notice is then never shown.)
     """
     draft, model = options.draft_model, options.model_path
     if draft is None or model is None or options.speculative not in ("draft", "auto") or not model.is_file():
         return options, None
-    from backends.draft_model import vocab_difference
+    from backends.draft_model import vocab_mismatch
     from tokenizer.errors import TokenizerError
 
     try:
-        from tokenizer.gguf import read_gguf
-
-        read_gguf(model, keys=())  # the model's own faults are the load's to say
-    except (OSError, ValueError, TokenizerError):
-        return options, None
-    try:
-        differs = vocab_difference(model, draft)
+        why = vocab_mismatch(model, draft)
     except (OSError, ValueError, TokenizerError) as exc:
-        differs = f"it cannot be read: {exc}"
-    if differs is None:
+        why = f"it cannot be read: {exc}"
+    if why is None:
         return options, None
-    why = differs.split(": ", 1)[-1] if "cannot draft for" in differs else differs
     speculative = "auto" if options.speculative == "draft" else options.speculative
     return (replace(options, draft_model=None, speculative=speculative),
             f"draft model {draft.name} set aside for {model.name}: {why}; speculation: prompt lookup only")
