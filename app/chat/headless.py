@@ -118,7 +118,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     if wrote_content:
                         reply_out.write("\n")
                     if caught:  # before the stats, which stay the last line
-                        print(_stopped_line(caught[0], getattr(recorder, "conversation_id", None)), file=err)
+                        stored = getattr(recorder, "enabled", False) and getattr(recorder, "conversation_id", None)
+                        print(_stopped_line(caught[0], stored or None), file=err)
                     if options.stats:
                         from app.history.export import finite
 
