@@ -48,7 +48,9 @@ from backends.engine_wire import (
     Request, WireError, decode,
 )
 from backends.handoff import ENDED, Ended, drain
+from backends.offload import ran_out_of_memory
 from backends.timeouts import ENGINE_CLOSE_S
+
 #: the repository root, so that ``-m backends.engine_process`` imports this very tree
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -321,8 +323,14 @@ class HostedBackend:
         code = child.proc.wait()
         child.stop()
         self._child = None
+        # llama.cpp aborts on an allocation that fails mid-batch (the CUDA pool grows with a long prompt's
+        # batches): the signal alone blames the wrong thing, the log names the memory
+        why = describe_exit(code)
+        if code is not None and code < 0 and ran_out_of_memory(child.log_since_start()):
+            why = (f"{why}: the GPU ran out of memory mid-reply (a smaller --ctx or fewer --gpu-layers "
+                   "leaves it more)")
         return EngineCrashed(
-            f"the {self.engine} engine {describe_exit(code)}; the reply so far is kept and the next message "
+            f"the {self.engine} engine {why}; the reply so far is kept and the next message "
             f"starts the engine again (engine log: {self.log_path})", code,
         )
 

@@ -49,7 +49,7 @@ from backends.engine_log import capture_llama_log
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta, kv_cache_bytes
 from backends.offload import (
-    free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, read_load_report,
+    free_vram_bytes, model_sizes, out_of_memory_message, ran_out_of_memory, plan_offload, read_load_report,
 )
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
 from backends.worker import Worker, new_worker
@@ -77,11 +77,6 @@ def _log_since(path: Path | None, start: int) -> str:
             return fh.read().decode("utf-8", errors="replace")
     except (OSError, TypeError):
         return ""
-
-
-def _ran_out_of_memory(log: str) -> bool:
-    low = log.lower()
-    return "out of memory" in low or "failed to allocate" in low or "cudamalloc failed" in low
 
 
 class DraftSources:
@@ -179,7 +174,7 @@ class LlamaCppBackend:
         except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
             self._worker.close()
             self._worker = None
-            if gpu_layers != 0 and _ran_out_of_memory(_log_since(self.log_path, log_start)):
+            if gpu_layers != 0 and ran_out_of_memory(_log_since(self.log_path, log_start)):
                 raise BackendError(out_of_memory_message(Path(model_path).name, plan, n_ctx, "loading the model")
                                    + f" (details in {self.log_path})") from exc
             raise BackendError(

@@ -152,6 +152,12 @@ def read_load_report(log_text: str) -> LoadReport:
     return report
 
 
+def ran_out_of_memory(log: str) -> bool:
+    """Whether a llama.cpp log says an allocation failed (cudaMalloc, the CUDA pool's cuMemCreate, a buffer)."""
+    low = log.lower()
+    return "out of memory" in low or "failed to allocate" in low or "cudamalloc failed" in low
+
+
 def out_of_memory_message(model_name: str, plan: OffloadPlan | None, n_ctx: int, what: str) -> str:
     """One line: what did not fit, the numbers, and a setting that would."""
     if plan is None:

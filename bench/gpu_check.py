@@ -335,8 +335,136 @@ def one_reply(engine, prompt: list[int], n: int) -> tuple[list[int], float, tupl
     return ids, speed, counts
 
 
+#: the GPU memory a hog leaves free when the long prompt starts: 256 MiB was enough for a 7B shape's 2,048-id
+#: batches on an H200 (no error); 16 MiB is too little for the CUDA pool's first batch
+LEFT_FREE_MIB = 16
+
+
+def hold_vram(left_mib: int) -> subprocess.Popen:
+    """A process holding all of the GPU's free memory but ``left_mib`` (PyTorch, in the GPU image) until
+    its stdin closes; returns once it holds it."""
+    code = ("import sys, torch; free, _ = torch.cuda.mem_get_info(); "
+            f"x = torch.empty(free - {left_mib} * 2**20, dtype=torch.uint8, device='cuda'); "
+            "print('held', free // 2**20, flush=True); sys.stdin.read()")
+    hog = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = hog.stdout.readline()
+    if not line.startswith("held"):
+        raise RuntimeError(f"the VRAM hog did not start: {line!r}")
+    return hog
+
+
+def part_oom(args, results: dict) -> None:
+    """An out-of-memory on the GPU, forced, is one line: at load (a context whose KV cache cannot fit) from
+    the CLI as a user runs it, and mid-prompt (another process takes the memory after the load) in the
+    engine, which then starts again and answers once the memory is back."""
+    report: dict = {}
+    results["oom"] = report
+    free_mib = (free_vram_mib() or 0)
+    # a context whose f16 KV cache alone is 1.3x the free VRAM
+    from backends.model_meta import kv_cache_bytes, read_model_meta
+    per_token = kv_cache_bytes(read_model_meta(args.model), 1024) // 1024
+    huge_ctx = int(free_mib * 2**20 * 1.3 / per_token) // 1024 * 1024
+    report.update(free_mib=free_mib, kv_bytes_per_token=per_token, huge_ctx=huge_ctx)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, XDG_DATA_HOME=tmp, XDG_CONFIG_HOME=tmp, XDG_STATE_HOME=tmp)
+        for label, extra in (("all layers", ["--gpu-layers", "999"]),):
+            started = time.monotonic()
+            done = subprocess.run([sys.executable, "-m", "app", "--model", str(args.model), "--prompt", "Say hi",
+                                   "--max-tokens", "8", "--temperature", "0", "--ctx", str(huge_ctx), *extra],
+                                  capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
+            report[f"load, {label}"] = {"returncode": done.returncode, "stderr": done.stderr[-1500:],
+                                       "stderr_lines": len(done.stderr.strip().splitlines()),
+                                       "stdout": done.stdout[-300:], "seconds": round(time.monotonic() - started, 1)}
+    tok = load_tokenizer(args.model)
+    filler = tok.encode("The tide was high at dawn and the boats went out. " * 3000)
+    long_prompt = filler[:30000] + chat_prompt(tok, QUESTIONS[1])
+    backend = open_backend(args.model, LoadOptions(backend="auto", n_ctx=32768, n_gpu_layers=-1,
+                                                   log_path=args.out / "engine-oom.log", speculative="off"))
+    try:
+        report["engine_vram_mib"] = backend.info.vram_mib
+        hog = hold_vram(LEFT_FREE_MIB)
+        got, error = [], ""
+        try:
+            try:
+                for token in backend.generate(long_prompt, SamplingParams(temperature=0, max_tokens=16), set()):
+                    got.append(token)
+            except BackendError as exc:
+                error = str(exc)
+        finally:
+            hog.stdin.close()
+            hog.wait(60)
+        again = list(backend.generate(chat_prompt(tok, QUESTIONS[2]), SamplingParams(temperature=0, max_tokens=8),
+                                      set()))
+        report["mid_prompt"] = {"prompt_ids": len(long_prompt), "left_free_mib": LEFT_FREE_MIB,
+                                "ids_before_error": len(got), "error": error,
+                                "one_line": bool(error) and "\n" not in error,
+                                "says_memory": "memory" in error, "ids_after": len(again),
+                                "layers_after": backend.info.offloaded_layers}
+    finally:
+        backend.close()
+
+
+def free_vram_mib() -> int | None:
+    from backends.offload import free_vram_bytes
+    free = free_vram_bytes()
+    return None if free is None else free // 2**20
+
+
+def part_esc(args, results: dict) -> None:
+    """The TUI on the GPU: a long prompt draws its progress line, and Esc stops it mid-prompt."""
+    import re
+
+    from screen_text import drawn, words
+    from tui_helpers import SIZE, wait_for, wait_loaded, wait_reply
+
+    from app.history.store import ChatStore
+    from app.settings.options import ChatOptions
+    from app.tui.app import ChatApp
+    from app.tui.widgets.assistant_message import AssistantMessage
+
+    async def drive() -> dict:
+        with tempfile.TemporaryDirectory() as tmp, ChatStore(Path(tmp) / "history.sqlite3") as store:
+            options = ChatOptions(model=str(args.model), ctx=32768,
+                                  sampling=SamplingParams(temperature=0.0, max_tokens=16, repeat_penalty=1.0))
+            app = ChatApp(options, store=store)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_loaded(pilot)
+                text = "Summarise these notes. " + " ".join(f"Note {i}: the tide was high at dawn."
+                                                           for i in range(2400))
+                n_ids = app.session.draft_tokens(text)
+                app.prompt_input.text = text
+                app.prompt_input.focus()
+                await pilot.press("enter")
+                seen: list[str] = []
+
+                def shown() -> bool:
+                    replies = app.query(AssistantMessage)
+                    if not replies:
+                        return False
+                    found = re.search(r"prompt [\d,]+ / [\d,]+ ids · [\d,]+ ids/s · [\d,]+ s left",
+                                      words(drawn(app, replies.last())))
+                    if found:
+                        seen.append(found.group(0))
+                    return found is not None
+
+                await wait_for(pilot, shown, timeout_s=120, what="the prompt's progress line")
+                app.save_screenshot(str(args.out / "tui-progress.svg"))
+                await pilot.press("escape")
+                await wait_reply(pilot, timeout_s=60)
+                reply = app.session.messages[-1]
+                stats = reply.stats
+                shown_after = words(drawn(app, app.query(AssistantMessage).last()))
+                return {"message_ids": n_ids, "progress_seen": seen[-3:], "finish": reply.finish_reason,
+                        "content": reply.content[:80], "drawn_after": shown_after[-300:],
+                        "new_prompt_ids": stats.new_prompt_tokens if stats else None,
+                        "prompt_ids": stats.prompt_tokens if stats else None,
+                        "device": stats.device if stats else ""}
+
+    results["esc"] = asyncio.run(drive())
+
+
 PARTS = {"ids": part_ids, "speed": part_speed, "kill": part_kill, "headless": part_headless, "tui": part_tui,
-         "draft": part_draft}
+         "draft": part_draft, "oom": part_oom, "esc": part_esc}
 
 
 def main() -> int:
