@@ -20,6 +20,7 @@ user gave no ``--model``: the same file on this machine, or the Hugging Face cac
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -137,14 +138,28 @@ def _hf_cached(repo: str, filename: str) -> Any:
     return try_to_load_from_cache(repo, filename, cache_dir=cache)
 
 
+#: a Hugging Face repo id as the hub validates one: ORG/NAME of letters, digits, "-", "_" and ".", at most 96 each
+_REPO_ID = re.compile(r"(?![-.])[\w.-]{1,96}(?<![-.])/(?![-.])[\w.-]{1,96}(?<![-.])", re.ASCII)
+
+
+def hub_repo_id(name: str) -> str | None:
+    """``name`` if it can be a Hugging Face repo id (``Qwen/Qwen2.5-7B-Instruct``, what vLLM and SGLang
+    report), else None: a path a server names (``/models/Qwen2.5 7B Instruct.gguf``, issue 44 C5) is a
+    file on the server's machine, never a repo, whatever its number of slashes."""
+    if not name or name.startswith(("/", "~", ".")) or name.lower().endswith(".gguf"):
+        return None
+    repo = name.rstrip("/")
+    return repo if _REPO_ID.fullmatch(repo) and "--" not in repo and ".." not in repo else None
+
+
 def server_tokenizer_source(server: ServerInfo) -> Path:
     """A local tokenizer for what ``server`` serves: the same file here, or the HF cache."""
     name = server.model
     path = Path(name).expanduser() if name else None
     if path is not None and path.is_file():
         return path
-    repo = name.strip("/") if name else ""
-    if repo.count("/") == 1 and not Path(repo).is_absolute():
+    repo = hub_repo_id(name)
+    if repo is not None:
         cached = _hf_cached(repo, "tokenizer.json")
         if isinstance(cached, str):
             return Path(cached).parent

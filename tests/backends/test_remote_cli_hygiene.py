@@ -1,0 +1,66 @@
+"""Real tokchat processes against a real ``llama-server`` behind :class:`scripted_proxy.ScriptedProxy` (issue 44).
+
+What a demanding user met at a server that says something unusual: a model path that is not on
+this machine (C5), a reply holding escape sequences on a real terminal (C4), a redirect, flags that
+mean nothing for a server (C11).  Each run is ``python -m app`` with its own folders under ``tmp_path``.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from process_env import child_env
+from pty_run import RAW_CONTROLS, on_terminal
+from remote_servers import LlamaServer
+from scripted_proxy import Reply, ScriptedProxy, token_stream
+
+from tokenizer import load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+GUARD_S = 180
+#: the model path a server on another machine names (issue 44, C5): one "/" once the leading one goes
+ELSEWHERE = "/models/Qwen2.5 7B Instruct.gguf"
+#: what a model or a server may emit: a window title, a clear-screen, a bell, a one-byte CSI
+HOSTILE_REPLY = "Hi \x1b]0;PWNED\x07\x1b[2J there \x9b2J done"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def upstream(smollm_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    server = LlamaServer(smollm_path, tmp_path_factory.mktemp("upstream")).start()
+    yield server
+    server.stop()
+
+
+def tokchat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=GUARD_S)
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+def props_naming(path: str):
+    def script(_body: dict, upstream) -> Reply:
+        return Reply(body={**upstream(), "model_path": path})
+    return script
+
+
+def test_a_model_path_not_on_this_machine_is_one_line_asking_for_model(upstream, tmp_path):
+    """C5: ``/models/Qwen2.5 7B Instruct.gguf`` was taken for a Hugging Face repo id (HFValidationError)."""
+    env = child_env(tmp_path)
+    with ScriptedProxy(upstream.url, {"/props": props_naming(ELSEWHERE)}) as proxy:
+        chat = tokchat(env, "--server", proxy.url, "--prompt", "hi", "--max-tokens", "4")
+        doctor = tokchat(env, "doctor", "--server", proxy.url)
+    assert chat.returncode == 2 and chat.stdout == "", chat.stderr
+    line = one_line(chat.stderr)
+    assert ELSEWHERE in line and "--model" in line and "HFValidation" not in line, line
+    assert "Traceback" not in doctor.stderr and doctor.returncode == 1, doctor.stderr
+    ids_row = next(row for row in doctor.stdout.splitlines() if row.startswith("ids"))
+    assert ELSEWHERE in ids_row and "--model" in ids_row, doctor.stdout
