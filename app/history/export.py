@@ -85,6 +85,17 @@ def to_json(conv: Conversation) -> str:
     return json.dumps(finite(to_dict(conv)), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+#: the deepest nesting an export holds is 4 (a tool call's arguments); a file nested deeper than this is
+#: not one (200,000 nested arrays otherwise end in a RecursionError, in the parser or in a later json.dumps)
+MAX_DEPTH = 64
+#: the times an export can hold: 1970 to the year 3000 (1e300 was stored, then no export could format it)
+_LATEST_TIME = 32503680000.0
+#: counts, ids and database ids are SQLite integers
+_MAX_INT = 2**63 - 1
+#: the roles tokchat stores
+_ROLES = ("system", "user", "assistant", "tool")
+
+
 def _need(data: dict, key: str, kinds: tuple[type, ...], where: str) -> Any:
     if key not in data:
         raise ImportFormatError(f"{where}: missing {key!r}")
@@ -95,29 +106,64 @@ def _need(data: dict, key: str, kinds: tuple[type, ...], where: str) -> Any:
     return value
 
 
+def _time(data: dict, key: str, where: str, *, optional: bool = False) -> float | None:
+    """A timestamp (epoch seconds) that every export format can print: finite, 1970 to 3000."""
+    value = _need(data, key, (int, float, type(None)) if optional else (int, float), where)
+    if value is not None and not 0 <= value < _LATEST_TIME:  # also false for inf (1e400 parses as inf)
+        raise ImportFormatError(f"{where}: {key!r} is {value!r}, not a time between 1970 and 3000 (epoch seconds)")
+    return value
+
+
+def _count(data: dict, key: str, where: str, *, optional: bool = True) -> int | None:
+    """A token count or an id: an integer from 0 that SQLite can store."""
+    value = _need(data, key, (int, type(None)) if optional else (int,), where)
+    if value is not None and not 0 <= value <= _MAX_INT:
+        raise ImportFormatError(f"{where}: {key!r} is {value}, not an integer from 0 to {_MAX_INT}")
+    return value
+
+
+def _measure(data: dict, key: str, where: str) -> float | None:
+    """A duration or a speed: a finite number from 0, or null."""
+    value = _need(data, key, (int, float, type(None)), where)
+    if value is not None and not 0 <= value < math.inf:
+        raise ImportFormatError(f"{where}: {key!r} is {value!r}, not a finite number from 0")
+    return value
+
+
+def _check_depth(data: Any, source: str) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DEPTH` (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ImportFormatError(f"{source}: nested more than {MAX_DEPTH} levels deep; not a tokchat export")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
 def from_dict(data: Any, source: str = "import") -> Conversation:
     """Check a parsed export and rebuild the conversation (ids are assigned on insert)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ImportFormatError(f"{source}: not a tokchat conversation export (no \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
         raise ImportFormatError(f"{source}: export version {data.get('version')!r}; this tokchat reads {VERSION}")
-    text, num = (str,), (int, float)
+    _check_depth(data, source)
+    text = (str,)
     info = ConversationInfo(
         id=0, title=_need(data, "title", text, source), model_path=_need(data, "model_path", text, source),
         model_name=_need(data, "model_name", text, source), template=_need(data, "template", text, source),
         system_prompt=_need(data, "system_prompt", text, source), sampling=_need(data, "sampling", (dict,), source),
-        settings=_need(data, "settings", (dict,), source), created_at=_need(data, "created_at", num, source),
-        updated_at=_need(data, "updated_at", num, source),
-        forked_from=_need(data, "forked_from", (int, type(None)), source) if "forked_from" in data else None,
-        forked_at=_need(data, "forked_at", (int, type(None)), source) if "forked_at" in data else None)
+        settings=_need(data, "settings", (dict,), source), created_at=_time(data, "created_at", source),
+        updated_at=_time(data, "updated_at", source),
+        forked_from=_count(data, "forked_from", source) if "forked_from" in data else None,
+        forked_at=_count(data, "forked_at", source) if "forked_at" in data else None)
     shown = _messages(_need(data, "messages", (list,), source), f"{source}: messages")
     branches = _messages(data.get("branches") or [], f"{source}: branches")
     return Conversation(info, shown, branches)
 
 
 def _messages(items: list, source: str) -> list[StoredMessage]:
-    text, num, opt_num = (str,), (int, float), (int, float, type(None))
-    opt_int = (int, type(None))
+    text = (str,)
     if not isinstance(items, list):
         raise ImportFormatError(f"{source} must be a list")
     messages = []
@@ -126,22 +172,68 @@ def _messages(items: list, source: str) -> list[StoredMessage]:
         if not isinstance(m, dict):
             raise ImportFormatError(f"{where} must be an object")
         ids = {"id": m.get("id") or 0, "parent_id": m.get("parent")}
-        if not isinstance(ids["id"], int) or not isinstance(ids["parent_id"], opt_int) or \
-                isinstance(ids["id"], bool):
-            raise ImportFormatError(f"{where}: 'id' and 'parent' must be integers")
+        if not isinstance(ids["id"], int) or not isinstance(ids["parent_id"], (int, type(None))) or \
+                isinstance(ids["id"], bool) or isinstance(ids["parent_id"], bool) or \
+                not all(0 <= n <= _MAX_INT for n in (ids["id"], ids["parent_id"] or 0)):
+            raise ImportFormatError(f"{where}: 'id' and 'parent' must be integers from 0 to {_MAX_INT}")
+        role = _need(m, "role", text, where)
+        if role not in _ROLES:
+            raise ImportFormatError(f"{where}: 'role' is {role[:40]!r}, not one of {', '.join(_ROLES)}")
         messages.append(StoredMessage(
-            **ids, role=_need(m, "role", text, where), content=_need(m, "content", text, where),
+            **ids, role=role, content=_need(m, "content", text, where),
             reasoning=_need(m, "reasoning", text, where), finish_reason=_need(m, "finish_reason", (str, type(None)), where),
-            prompt_tokens=_need(m, "prompt_tokens", opt_int, where),
-            completion_tokens=_need(m, "completion_tokens", opt_int, where),
-            reasoning_tokens=_need(m, "reasoning_tokens", opt_int, where),
-            ttft_s=_need(m, "ttft_s", opt_num, where), tokens_per_s=_need(m, "tokens_per_s", opt_num, where),
-            stats=_need(m, "stats", (dict, type(None)), where), created_at=_need(m, "created_at", num, where),
-            finished_at=_need(m, "finished_at", opt_num, where),
-            tool=_need(m, "tool", (dict, type(None)), where) if "tool" in m else None,
+            prompt_tokens=_count(m, "prompt_tokens", where), completion_tokens=_count(m, "completion_tokens", where),
+            reasoning_tokens=_count(m, "reasoning_tokens", where),
+            ttft_s=_measure(m, "ttft_s", where), tokens_per_s=_measure(m, "tokens_per_s", where),
+            stats=_stats(_need(m, "stats", (dict, type(None)), where), f"{where}: 'stats'"),
+            created_at=_time(m, "created_at", where), finished_at=_time(m, "finished_at", where, optional=True),
+            tool=_tool(_need(m, "tool", (dict, type(None)), where), where) if "tool" in m else None,
             opening=_need(m, "opening", text, where) if "opening" in m else "",
             reply_ids=_reply_ids(m, where)))
     return messages
+
+
+#: a TurnStats field's annotation -> the JSON values it takes (a stats dict from an export is read back into one)
+_STAT_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+    "dict | None": (dict, type(None)), "list | None": (list, type(None))}
+
+
+def _stats(stats: dict | None, where: str) -> dict | None:
+    """A reply's stats: each known field of its kind (an export then formats them), ``parts`` stats too."""
+    import dataclasses
+
+    from app.conversation.messages import TurnStats
+
+    if stats is None:
+        return None
+    for f in dataclasses.fields(TurnStats):
+        kinds = _STAT_KINDS.get(str(f.type), ())
+        if f.name in stats and kinds and (not isinstance(stats[f.name], kinds)
+                                          or (isinstance(stats[f.name], bool) and bool not in kinds)):
+            raise ImportFormatError(f"{where}: {f.name!r} must be {str(f.type).replace('None', 'null')}")
+    for i, part in enumerate(stats.get("parts") or []):
+        if not isinstance(part, dict):
+            raise ImportFormatError(f"{where}: 'parts'[{i}] must be an object")
+        _stats(part, f"{where}: 'parts'[{i}]")
+    return stats
+
+
+def _tool(tool: dict | None, where: str) -> dict | None:
+    """A message's tool fields as templates take them: ``tool_calls`` a list of calls with a name, names text."""
+    if tool is None:
+        return None
+    for key in ("tool_call_id", "name"):
+        if not isinstance(tool.get(key, ""), (str, type(None))):
+            raise ImportFormatError(f"{where}: 'tool'.{key} must be text")
+    calls = tool.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function", c), dict)
+            and isinstance(c.get("function", c).get("name", ""), str)
+            and isinstance(c.get("function", c).get("arguments", {}), dict) for c in calls)):
+        raise ImportFormatError(f"{where}: 'tool'.tool_calls must be a list of calls, each with a name and "
+                                "arguments (an object)")
+    return tool
 
 
 def _reply_ids(m: dict, where: str) -> list[int] | None:
@@ -149,8 +241,9 @@ def _reply_ids(m: dict, where: str) -> list[int] | None:
     if "reply_ids" not in m or m["reply_ids"] is None:
         return None
     ids = m["reply_ids"]
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise ImportFormatError(f"{where}: 'reply_ids' must be a list of token ids (integers >= 0)")
+    if not isinstance(ids, list) or \
+            not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**31 for i in ids):
+        raise ImportFormatError(f"{where}: 'reply_ids' must be a list of token ids (integers from 0 to 2**31 - 1)")
     return ids
 
 
@@ -165,6 +258,8 @@ def conversation_from_json(text: str, source: str = "import") -> Conversation:
         raise ImportFormatError(f"{source}: not JSON ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"{source}: not JSON ({exc})") from exc
+    except RecursionError:
+        raise ImportFormatError(f"{source}: nested more than {MAX_DEPTH} levels deep; not a tokchat export") from None
     return from_dict(data, source)
 
 
