@@ -21,6 +21,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
+from app.history.markdown_text import contained, fenced, one_line
 from app.history.types import Conversation, ConversationInfo, StoredMessage, StoreError
 
 FORMAT = "tokchat-conversation"
@@ -286,47 +287,46 @@ def _when(ts: float | None) -> str:
 
 def _details(summary: str, body: str, language: str) -> list[str]:
     """A collapsed block with ``body`` fenced (the fence longer than any backtick run inside)."""
-    import re
-
-    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
-    fence = "`" * max(3, longest + 1)
-    summary = summary.replace("<", "&lt;").replace(">", "&gt;")
-    return ["<details>", f"<summary>{summary}</summary>", "", f"{fence}{language}", body, fence, "",
-            "</details>", ""]
+    summary = one_line(summary).replace(">", "&gt;")
+    return ["<details>", f"<summary>{summary}</summary>", "", fenced(body, language), "", "</details>", ""]
 
 
 def to_markdown(conv: Conversation) -> str:
+    """The conversation to read: every message's text is :func:`contained`, so the turns shown are the
+    turns stored (a message holding ``## Assistant`` or an open code fence cannot add or swallow one)."""
     info = conv.info
-    out = [f"# {info.title or '(untitled)'}", ""]
+    out = [f"# {one_line(info.title) or '(untitled)'}", ""]
     model = info.model_name or info.model_path or "?"
-    out.append(f"- Model: {model}" + (f" (`{info.model_path}`)" if info.model_name and info.model_path else ""))
+    out.append(one_line(f"- Model: {model}" + (f" (`{info.model_path}`)" if info.model_name and info.model_path
+                                               else "")))
     if info.template:
-        out.append(f"- Template: {info.template}")
+        out.append(one_line(f"- Template: {info.template}"))
     if info.sampling:
-        out.append("- Sampling: " + ", ".join(f"{k} {v}" for k, v in info.sampling.items() if v is not None))
+        out.append(one_line("- Sampling: " + ", ".join(f"{k} {v}" for k, v in info.sampling.items()
+                                                       if v is not None)))
     out.append(f"- Started: {_when(info.created_at)} · {len(conv.messages)} messages")
     if info.forked_from is not None:
         out.append(f"- Forked from conversation {info.forked_from}"
                    + (f" at message {info.forked_at}" if info.forked_at is not None else ""))
     out.append("")
     if info.system_prompt:
-        out += ["## System", "", info.system_prompt, ""]
+        out += ["## System", "", contained(info.system_prompt), ""]
     for m in conv.messages:
         tool = m.tool or {}
         if m.role == "tool":
             out += _details(f"Tool result: {tool.get('name', '?')}", m.content, "text")
             continue
         out += [f"## {m.role.capitalize()}", "", f"*{_when(m.created_at)}*", ""]
-        if m.reasoning:
-            out += ["<details>", "<summary>Reasoning</summary>", "", m.reasoning.strip(), "", "</details>", ""]
+        if m.reasoning.strip():
+            out += ["<details>", "<summary>Reasoning</summary>", "", contained(m.reasoning), "", "</details>", ""]
         if m.opening:
-            out += [f"*The start of this reply was written by the user: “{m.opening}”*", ""]
+            out += [f"*The start of this reply was written by the user: “{one_line(m.opening)}”*", ""]
         if m.content.strip() or not tool.get("tool_calls"):
-            out += [m.content.strip() or "*(empty)*", ""]
+            out += [contained(m.content) or "*(empty)*", ""]
         for call in tool.get("tool_calls") or []:
             function = call.get("function", call)
             out += _details(f"Tool call: {function.get('name', '?')}",
                             json.dumps(function.get("arguments", {}), ensure_ascii=False, indent=2), "json")
         if m.role == "assistant" and _stats_line(m):
-            out += [f"*{_stats_line(m)}*", ""]
+            out += [f"*{one_line(_stats_line(m))}*", ""]
     return "\n".join(out)
