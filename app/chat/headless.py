@@ -1,10 +1,12 @@
 """Headless chat: one prompt in, the reply streamed to stdout (for scripts, tests and benchmarks).
 
 * the reply goes to stdout as it is generated; with ``--show-thinking`` the
-  reasoning goes to stderr (it is never mixed into stdout);
+  reasoning goes to stderr (it is never mixed into stdout); on a terminal both are made inert
+  (escape sequences shown as ``\\x1b``), to a pipe or a file they are exact
+  (:mod:`app.chat.headless_out`);
 * notices (template fallback, dropped turns) and errors go to stderr, one line each;
 * ``--stats`` writes one JSON line of :class:`app.conversation.session.TurnStats` to stderr at the end,
-  always a line of its own (reasoning shown without a final newline is ended first, see :class:`_Stderr`);
+  always a line of its own (reasoning shown without a final newline is ended first, see :class:`app.chat.headless_out.Stderr`);
 * Ctrl-C cancels the generation cleanly: the partial reply stays printed, one line on stderr says
   so and how to go on with it (``--resume N --continue``), the stats line
   (``finish_reason: "cancelled"``) is still written, last, and the exit status is 130.  A
@@ -31,6 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
+from app.chat.headless_out import ReplyOut, Stderr, share_terminal
 from app.settings.options import ChatOptions
 
 if TYPE_CHECKING:  # imported once the engine is loading (open_chat): the session pulls in Jinja
@@ -48,7 +51,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted.  ``early``: the engine
     the command line started for these options (:class:`app.chat.early.EarlyEngine`), adopted."""
     out = out or sys.stdout
-    err = _Stderr(err or sys.stderr)
+    err = Stderr(err or sys.stderr)
     from app.chat.open import open_chat
 
     chat = open_chat(options, backend=backend, early=early)
@@ -88,9 +91,9 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                 recorder.set_vocabulary(vocabulary_fingerprint(session.tokenizer))
         recorder.on_user(ChatMessage("user", prompt))
     status = 0
-    wrote_content = False
     stoppable = tools.loop if tools is not None else session
-    reply_out = _ReplyOut(out, err, stoppable)
+    reply_out = ReplyOut(out, err, stoppable)
+    share_terminal(reply_out, err)
     try:
         # the handlers stay until the reply is stored: a signal then still finds it whole
         with _stop_on_signals(stoppable) as caught:
@@ -104,7 +107,6 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     recorder.on_event(event)
                 if event.kind == "content":
                     reply_out.write(event.text)
-                    wrote_content = wrote_content or bool(event.text)
                 elif event.kind == "reasoning" and options.show_thinking:
                     err.reasoning(event.text)
                 elif event.kind in ("notice", "error"):
@@ -115,8 +117,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                 elif event.kind == "done" and event.stats is not None:
                     if event.stats.finish_reason == "cancelled":
                         status = EXIT_INTERRUPTED
-                    if wrote_content:
-                        reply_out.write("\n")
+                    reply_out.end()
                     if caught:  # before the stats, which stay the last line
                         stored = getattr(recorder, "enabled", False) and getattr(recorder, "conversation_id", None)
                         print(_stopped_line(caught[0], stored or None), file=err)
@@ -281,74 +282,6 @@ def _print_tool_event(event: Any, err: TextIO) -> None:
         outcome = event.data
         print(f"tokchat: tool result {outcome.call.name} [{outcome.status}, {outcome.tokens} tokens]: "
               f"{preview(outcome.text)}", file=err)
-
-
-class _Stderr:
-    """stderr for a headless run: the reasoning as it streams (``--show-thinking``) and whole lines
-    (notices, tool calls, the ``--stats`` JSON).  Reasoning need not end in a newline, and the
-    next line must not be glued to it (a script reads the stats as the last line, whole): a line
-    written after unfinished reasoning starts on a line of its own."""
-
-    def __init__(self, err: TextIO) -> None:
-        self._err = err
-        self._mid_line = False  # reasoning was written that did not end its line
-
-    def reasoning(self, text: str) -> None:
-        if not text:
-            return
-        self._err.write(text)
-        self._err.flush()
-        self._mid_line = not text.endswith("\n")
-
-    def write(self, text: str) -> int:
-        """What ``print(..., file=err)`` calls: the line starts after any unfinished reasoning."""
-        if self._mid_line and text:
-            self._err.write("\n")
-            self._mid_line = False
-        return self._err.write(text)
-
-    def flush(self) -> None:
-        self._err.flush()
-
-
-class _ReplyOut:
-    """stdout for the reply; once it is closed under us the reply is cancelled, not lost.
-
-    ``broken`` says why writing stopped (None while it works).  The rest of the reply's
-    events still run through the loop, so the session ends the turn as cancelled and the
-    history stores it; stdout is pointed at /dev/null so that Python's own flush at exit
-    does not fail again.
-    """
-
-    def __init__(self, out: TextIO, err: TextIO, stoppable: Any) -> None:
-        self._out = out
-        self._err = err
-        self._stoppable = stoppable
-        self.broken: str | None = None
-
-    def write(self, text: str) -> None:
-        if self.broken is not None:
-            return
-        try:
-            self._out.write(text)
-            self._out.flush()
-        except OSError as exc:  # BrokenPipeError, or EIO from a terminal that went away
-            self.broken = "broken pipe" if isinstance(exc, BrokenPipeError) else (exc.strerror or str(exc))
-            self._stoppable.cancel()
-            self._silence()
-            print(f"tokchat: stdout was closed ({self.broken}): the reply stopped there; what was generated "
-                  "is kept in the history", file=self._err, flush=True)
-
-    def _silence(self) -> None:
-        import os
-
-        try:
-            fd = self._out.fileno()
-        except (OSError, ValueError, AttributeError):
-            return  # not a real file (a test's StringIO): nothing flushes it at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, fd)
-        os.close(devnull)
 
 
 @contextmanager

@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("tools", "list the configured MCP servers' tools and their token cost"),
     "pull": ("pull", "download a model from the Hugging Face Hub (hf:ORG/REPO[:QUANT] or a preset name)"),
     "rm": ("rm", "delete a downloaded model from the Hugging Face cache"),
+    "fit": ("fit", "will a model, its context and KV cache fit this machine's RAM and VRAM? (before loading)"),
 }
 
 
@@ -75,5 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = user_message(exc)
         if message is None:
             raise
-        print(f"tokchat: {message}", file=sys.stderr)
+        from app.cli.terminal import shown
+
+        # a server's error text, a file's name: inert on a terminal (app.cli.terminal)
+        print(shown(f"tokchat: {message}", sys.stderr), file=sys.stderr)
         return 2

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--model", "-m", help="a .gguf file, an MLX model directory, hf:ORG/REPO/FILE.gguf, hf:ORG/REPO:QUANT "
         "or a preset name, downloaded on first use (default: the bundled SmolLM2-135M-Instruct)")
-    add("--prompt", "-p", help="answer one prompt headless, streaming to stdout (or pipe the prompt on stdin)")
+    add("--prompt", "-p", help="answer one prompt headless, streaming to stdout (or pipe the prompt on stdin); "
+        "on a terminal escape sequences in the reply are shown as text (\\x1b), to a pipe or file it is exact")
     add("--attach", action="append", metavar="PATH",
         help="attach a text file to the --prompt message (repeat for several)")
     add("--system", "-s", help="system prompt")
@@ -153,10 +154,11 @@ def run(args: argparse.Namespace) -> int:
         if headless:
             early.start_load(options)  # the load request goes out before the chat's own modules are imported
             from app.chat.headless import run_headless
+            from app.cli.terminal import shown
             from app.history.recorder import HistoryRecorder
 
             recorder = HistoryRecorder.from_options(
-                options, notify=lambda notice: print(f"tokchat: {notice}", file=sys.stderr)
+                options, notify=lambda notice: print(shown(f"tokchat: {notice}", sys.stderr), file=sys.stderr)
             )
             try:
                 return run_headless(options, recorder=recorder, early=early)

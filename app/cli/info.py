@@ -76,7 +76,15 @@ def _line(label: str, value: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    tok = load_for_cli(args.path)
+    from app.errors import CLIError
+    from tokenizer.errors import TokenizerError
+
+    try:
+        tok = load_for_cli(args.path)
+    except TokenizerError as exc:  # the reader's reason, with the file it was reading (one line)
+        if args.path and args.path not in str(exc):
+            raise CLIError(f"{args.path}: {exc}") from None
+        raise
     facts = describe(tok)
     facts["weights"] = weights(str(facts["source"]))
     problem = (facts["weights"] or {}).get("problem")
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(shown_json(json.dumps(facts, ensure_ascii=False, indent=2)))
         if problem:
-            print(f"tokchat: {problem}", file=sys.stderr)
+            print(shown(f"tokchat: {problem}", sys.stderr), file=sys.stderr)
         return 2 if problem else 0
     if args.template:
         sys.stdout.write(shown((tok.chat_template or "") + "\n"))
@@ -129,6 +137,6 @@ def run(args: argparse.Namespace) -> int:
         out.append(_line("tensors", f"{facts['weights']['tensors']}, {state}"))
     print(shown("\n".join(out)))
     if problem:
-        print(f"tokchat: {problem}", file=sys.stderr)
+        print(shown(f"tokchat: {problem}", sys.stderr), file=sys.stderr)
         return 2
     return 0

@@ -64,5 +64,5 @@ def run(args: argparse.Namespace) -> int:
             for e in vocabularies:
                 print(shown(f"  {cell(e.info.name)} ({cell(e.info.architecture)})  {cell(e.model_arg)}"))
     for line in problems:
-        print(f"tokchat: skipped {line}", file=sys.stderr)
+        print(shown(f"tokchat: skipped {cell(line)}", sys.stderr), file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.cli.terminal import shown
 from app.errors import CLIError
 
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     counter = _counter(settings.values["model.default"] if args.model is None else args.model)
     with McpHub([servers[n] for n in names], call_timeout_s=tools_settings.call_timeout_s) as hub:
         failures = hub.start(names)
-        print(tools_table(hub, names, failures, counter))
+        print(shown(tools_table(hub, names, failures, counter)))  # a tool's name is the server's text
     if len(failures) == len(names):  # a script's check must see that no tool is available
         print(f"tokchat: no MCP server started ({len(names)} tried, each said why above)", file=sys.stderr)
         return 2

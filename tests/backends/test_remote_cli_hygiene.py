@@ -64,3 +64,51 @@ def test_a_model_path_not_on_this_machine_is_one_line_asking_for_model(upstream,
     assert "Traceback" not in doctor.stderr and doctor.returncode == 1, doctor.stderr
     ids_row = next(row for row in doctor.stdout.splitlines() if row.startswith("ids"))
     assert ELSEWHERE in ids_row and "--model" in ids_row, doctor.stdout
+
+
+@pytest.fixture(scope="module")
+def smollm(smollm_path: Path):
+    return load_tokenizer(smollm_path)
+
+
+def reply_of(tokenizer, text: str, then: list[dict] | None = None):
+    """A ``/completion`` script streaming ``text``'s ids (then ``then``'s events instead of the stop event)."""
+    ids = tokenizer.encode(text)
+
+    def script(body: dict, _upstream) -> Reply:
+        events = token_stream(ids, [tokenizer.decode([t]) for t in ids], len(body["prompt"]))
+        return Reply(events=events if then is None else events[:-1] + then)
+    return script
+
+
+def test_a_reply_holding_escape_sequences_reaches_a_terminal_inert_and_a_pipe_exact(upstream, smollm, tmp_path):
+    """C4: a reply on stdout was written raw (the window retitled, the screen cleared)."""
+    env = child_env(tmp_path)
+    with ScriptedProxy(upstream.url, {"/completion": reply_of(smollm, HOSTILE_REPLY)}) as proxy:
+        args = ("--server", proxy.url, "--prompt", "hi", "--max-tokens", "64", "--no-history")
+        run = on_terminal(env, *args)
+        piped = tokchat(env, *args)
+    assert run.returncode == 0, run.screen
+    assert not any(c in run.screen for c in RAW_CONTROLS), repr(run.screen)
+    assert "Hi \\x1b]0;PWNED\\x07\\x1b[2J there \\x9b2J done\n" in run.screen  # shown, as text
+    assert piped.returncode == 0 and piped.stdout == HOSTILE_REPLY + "\n", (piped.stdout, piped.stderr)
+
+
+def test_a_server_error_mid_reply_is_one_inert_line_of_its_own_on_a_shared_terminal(upstream, smollm, tmp_path):
+    """C4 and C11: the server's error text reached the terminal raw, glued to the partial reply
+    (``Hellotokchat: ...``) when stdout and stderr are one terminal."""
+    env = child_env(tmp_path)
+    error = {"error": {"code": 500, "message": "boom \x1b]0;PWNED\x07\x1b[2J", "type": "server_error"}}
+    with ScriptedProxy(upstream.url, {"/completion": reply_of(smollm, "Hello", then=[error])}) as proxy:
+        args = ("--server", proxy.url, "--prompt", "hi", "--max-tokens", "64", "--no-history")
+        run = on_terminal(env, *args)
+        piped = tokchat(env, *args)
+    assert run.returncode == 2, run.screen
+    assert not any(c in run.screen for c in RAW_CONTROLS), repr(run.screen)
+    lines = run.screen.splitlines()
+    assert "Hello" in lines, run.screen  # the partial reply, its line ended before the error's
+    error_line = next(line for line in lines if line.startswith("tokchat: ") and "boom" in line)
+    assert "boom \\x1b]0;PWNED\\x07\\x1b[2J" in error_line, error_line
+    # a pipe keeps the reply's bytes: no newline is added for a terminal that is not there
+    assert piped.returncode == 2 and piped.stdout == "Hello\n", (piped.stdout, piped.stderr)
+    assert "boom \x1b]0;PWNED\x07\x1b[2J" in piped.stderr
