@@ -112,6 +112,10 @@ class LoadOptions:
     speculative: str = "auto"
     #: the small model that drafts for ``speculative = "draft"``; it must share the main model's vocabulary
     draft_model: Path | None = None
+    #: where the local engine keeps its KV state between runs (backends.state_cache); None = kept nowhere
+    state_dir: Path | None = None
+    #: the most those states may take on disk, least recently used first out
+    state_max_bytes: int = 4 << 30
 
 
 @dataclass
@@ -210,6 +214,9 @@ class GenerationStats:
     tokens_per_s: float | None = None
     #: one line for the user about this reply (an engine found dead and started again for it); "" = none
     notice: str = ""
+    #: what the engine's state cache did for this prompt (backends.state_keeper): "loaded N ids from disk in T s",
+    #: "none (why)"; "" = nothing to say (no cache, or the engine's own cache served the prompt)
+    state: str = ""
     #: "stop" (a stop id or the engine's end of reply), "length" (max_tokens or a full context),
     #: "cancelled", "error"; "" while the ids still come
     finish_reason: str = ""

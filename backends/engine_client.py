@@ -45,7 +45,7 @@ from backends.base import (
 from backends.cpu import has_amx
 from backends.engine_wire import (
     ENGINE_PROCESS_MODULE, Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress,
-    Request, WireError, decode,
+    Request, StateNote, WireError, decode,
 )
 from backends.handoff import ENDED, Ended, drain
 from backends.offload import ran_out_of_memory
@@ -278,6 +278,7 @@ class HostedBackend:
         wire_options = {k: v for k, v in asdict(replace(options, model_meta=None)).items() if k != "model_meta"}
         wire_options["log_path"] = str(self.log_path)
         wire_options["draft_model"] = str(options.draft_model) if options.draft_model else None
+        wire_options["state_dir"] = str(options.state_dir) if options.state_dir else None
         meta = options.model_meta
         facts = None
         if meta is not None and Path(meta.path).absolute() == self._model_path:
@@ -397,6 +398,8 @@ class HostedBackend:
                     for token in answer.ids:
                         shown += 1
                         yield token
+                elif isinstance(answer, StateNote):
+                    stats.state = answer.note
                 elif isinstance(answer, Failed):
                     finished = True
                     raise BackendError(answer.error)

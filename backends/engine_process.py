@@ -41,8 +41,9 @@ from typing import IO
 
 from backends.base import BackendError, GenerationStats, LoadOptions, PromptProgress, SamplingParams
 from backends.engine_wire import (
-    Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, decode,
+    Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, StateNote, decode,
 )
+from backends.state_keeper import CLOSE_WAIT_S, KeepsState
 
 
 #: what ``--warm ENGINE`` imports ahead of the load request: the modules the load would import first
@@ -82,6 +83,8 @@ class EngineHost:
         #: the highest job a cancel named: a job cancelled before it began is not run
         self.cancelled_up_to = 0
         self.requests: queue.Queue = queue.Queue()
+        #: the job whose StateNote went out
+        self._state_noted = 0
 
     def read_requests(self, stdin: IO[bytes]) -> None:
         """The reader thread: a cancel acts at once, everything else waits its turn."""
@@ -99,6 +102,8 @@ class EngineHost:
         while True:
             request = self.requests.get()
             if isinstance(request, Close):
+                if isinstance(self.backend, KeepsState):  # a state write under way: a bounded wait, then the end
+                    self.backend.flush_state(CLOSE_WAIT_S)
                 return
             if isinstance(request, Load):
                 self._load(request)
@@ -110,7 +115,7 @@ class EngineHost:
             self.warming.join()
             self.warming = None
         try:
-            paths = ("log_path", "draft_model")
+            paths = ("log_path", "draft_model", "state_dir")
             options = LoadOptions(**{k: v for k, v in request.options.items() if k not in paths})
             for key in paths:
                 if request.options.get(key):
@@ -157,6 +162,7 @@ class EngineHost:
 
             def sent(token: int) -> None:
                 # the draft counts travel with every id: the reader may stop at a stop id
+                self._note_state(job, stats)
                 send(Ids(job, [int(token)], stats.prompt_evaluated, _draft(stats)))
 
             generation.drive(sent)
@@ -165,7 +171,15 @@ class EngineHost:
             return
         finally:
             self.current_job = None
+        self._note_state(job, stats)
         send(Done(job, stats.prompt_evaluated, _draft(stats), stats.finish_reason))
+
+
+    def _note_state(self, job: int, stats: GenerationStats) -> None:
+        """The state cache's note for ``job``, once, before its first id (the chat may stop reading at a stop id)."""
+        if stats.state and self._state_noted != job:
+            self._state_noted = job
+            self.wire.send(StateNote(job, stats.state))
 
 
 def _draft(stats: GenerationStats) -> tuple[int, int] | None:

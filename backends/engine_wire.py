@@ -13,7 +13,8 @@ Answers (engine -> chat): :class:`Loaded` or :class:`LoadFailed` to a load;
 to a generation, tagged with its job: :class:`Progress` while the prompt is
 evaluated, :class:`Ids` for every generated id (with the evaluated-prompt
 count and the draft counts current at that id, since the chat stops reading
-at a stop id), then :class:`Done` (with the finish reason) or :class:`Failed`.
+at a stop id), then :class:`Done` (with the finish reason) or :class:`Failed`;
+:class:`StateNote` before the first id when the state cache has something to say.
 These are the fields of the engine's :class:`backends.base.GenerationStats`,
 filled in again on the chat's side.  When the pipe closes, the chat's reader
 puts :data:`backends.handoff.ENDED` in its queue, the end marker every id
@@ -99,15 +100,23 @@ class Done:
 
 
 @dataclass(frozen=True)
+class StateNote:
+    """What the engine's state cache did for this job's prompt (GenerationStats.state), sent before its first id."""
+
+    job: int
+    note: str
+
+
+@dataclass(frozen=True)
 class Failed:
     job: int
     error: str
 
 
 Request = Union[Load, Generate, Cancel, Close]
-Answer = Union[Loaded, LoadFailed, Progress, Ids, Done, Failed]
+Answer = Union[Loaded, LoadFailed, Progress, Ids, Done, StateNote, Failed]
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (Load, Generate, Cancel, Close, Loaded, LoadFailed,
-                                                          Progress, Ids, Done, Failed)}
+                                                          Progress, Ids, Done, StateNote, Failed)}
 
 
 class WireError(ValueError):

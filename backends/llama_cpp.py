@@ -52,6 +52,7 @@ from backends.offload import (
     free_vram_bytes, model_sizes, out_of_memory_message, ran_out_of_memory, plan_offload, read_load_report,
 )
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
+from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
 from backends.worker import Worker, new_worker
 
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
@@ -139,6 +140,8 @@ class LlamaCppBackend:
         self._prefill_chunk = PREFILL_CHUNK
         #: the draft model's own llama.cpp context (``LoadOptions.draft_model``); None without one
         self._draft_engine = None
+        #: the KV state kept on disk between runs (``LoadOptions.state_dir``, backends.state_keeper); None: off
+        self._state: StateKeeper | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
@@ -187,6 +190,7 @@ class LlamaCppBackend:
         self._model_path = Path(model_path)
         stat = os.stat(model_path)
         self._model_identity = (stat.st_ino, stat.st_size)
+        self._state = open_keeper(options, self._model_path, params, self.device, meta.name)
         blocks = meta.kv.get(f"{meta.architecture}.block_count")
         offloaded = 0
         if gpu_layers != 0 and isinstance(blocks, int):
@@ -325,6 +329,8 @@ class LlamaCppBackend:
 
             engine = self._engine
             engine.evaluated = 0
+            if self._state is not None:  # the longest saved prefix, loaded from disk when it beats the cache
+                stats.state = self._state.restore(engine, prompt)
             try:
                 prefilled = self._prefill(prompt, cancelled, report)
             except LlamaEngineError as exc:
@@ -342,7 +348,15 @@ class LlamaCppBackend:
             finally:
                 sampler.close()
 
-        return Generation(self._worker.stream(job), stats, stop_ids=stops, max_tokens=sampling.max_tokens)
+        def job_then_keep(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
+            try:
+                job(emit, cancelled)
+            finally:
+                if self._state is not None and self._engine is not None:
+                    self._state.keep(self._engine)  # a copy here; the disk is the writer thread's
+
+        return Generation(self._worker.stream(job_then_keep), stats, stop_ids=stops,
+                          max_tokens=sampling.max_tokens)
 
     def _decode_loop(self, prompt: list[int], max_tokens: int, stops: frozenset[int], sampler: LlamaCppSampler,
                      policy: AutoPolicy, stats: GenerationStats, emit: Callable[[int], None],
@@ -445,12 +459,18 @@ class LlamaCppBackend:
                 f"({size} -> {stat.st_size} bytes): reload it (/model in the TUI) or restart tokchat"
             )
 
+    def flush_state(self, timeout: float) -> None:
+        """Wait for a state write under way, at most ``timeout`` seconds (the engine process, before it ends)."""
+        if self._state is not None:
+            self._state.flush(timeout)
+
     def cancel(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
 
     def close(self) -> None:
         """Free the model on its own thread and join the thread."""
+        self.flush_state(CLOSE_WAIT_S)
         worker, engine, draft = self._worker, self._engine, self._draft_engine
         self._worker, self._engine, self._draft_engine = None, None, None
         if worker is not None:

@@ -15,7 +15,8 @@ the context holds, position ``i`` holding ``tokens[i]`` (one sequence, id 0).
 :meth:`truncate` drops positions from the cache and the list together, so the
 two never disagree.
 
-Not handled: several sequences, embeddings, LoRA, state save/load.
+Not handled: several sequences, embeddings, LoRA.  :meth:`state_bytes` and :meth:`load_state` hand the
+cache to and from :mod:`backends.state_cache` (one sequence's state, not the whole context's).
 """
 from __future__ import annotations
 
@@ -158,6 +159,36 @@ class LlamaEngine:
         logits = np.ctypeslib.as_array(self._lib.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
         best = int(logits.argmax())
         return best, 1.0 / float(np.exp(logits - logits[best]).sum())
+
+    def state_bytes(self) -> bytearray:
+        """The cached positions' keys and values (sequence 0), as llama.cpp serialises them, for
+        :mod:`backends.state_cache`; the ids they belong to are :attr:`tokens`."""
+        import ctypes
+
+        lib = self._lib
+        size = lib.llama_state_seq_get_size(self._ctx, 0)
+        data = bytearray(size)
+        written = lib.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        del data[written:]
+        return data
+
+    def load_state(self, ids: Sequence[int], data: bytearray) -> bool:
+        """Replace the cache with a saved :meth:`state_bytes` of ``ids``; False (and an empty cache) if llama.cpp
+        refuses it.  The caller checked the bytes (:mod:`backends.state_cache`): llama.cpp checks only their
+        shape (layers, heads, the V layout), not that they are whole."""
+        import ctypes
+
+        lib = self._lib
+        lib.llama_memory_clear(self._memory, True)
+        self.tokens = []
+        if not data:
+            return False
+        read = lib.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * len(data)).from_buffer(data), len(data), 0)
+        if read == 0:
+            lib.llama_memory_clear(self._memory, True)
+            return False
+        self.tokens = [int(t) for t in ids]
+        return True
 
     def close(self) -> None:
         lib = self._lib
