@@ -24,6 +24,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from textual import on, work
@@ -115,6 +116,8 @@ class ChatApp(App):
     @dataclass
     class ModelLoaded(Message):
         chat: LoadedChat
+        #: the options it was loaded with: the window's from now on
+        options: ChatOptions
 
     @dataclass
     class ModelLoadFailed(Message):
@@ -129,6 +132,12 @@ class ChatApp(App):
         self._with_preset = with_preset
         #: the model ``/model`` opens next (its preset is applied in the load thread)
         self._next_model: str | None = None
+        #: the options ``/server`` loads with next; they become :attr:`options` only once that load succeeded
+        self._next_options: ChatOptions | None = None
+        #: what is loading now (shown in one line when a message or a command has to wait for it), else None
+        self._loading: str | None = None
+        #: a model whose download ended while a reply streamed: it loads when the reply has finished
+        self._model_after_reply: str | None = None
         #: what the last load set aside for the model it loaded (a draft model of another vocabulary), shown with it
         self._load_notice: str | None = None
         self.loader: Loader = loader or load_chat
@@ -214,11 +223,20 @@ class ChatApp(App):
     # ------------------------------------------------------------ model load
     def start_load(self) -> None:
         self.query_one(ModelBar).state = "loading"
+        options = self._next_options or self.options
+        if self._next_options is not None and options.server is not None:
+            self._loading = f"the server {options.server.url}"
+        else:
+            model = self._next_model or options.model or "the model"
+            self._loading = Path(model).name if "/" in model else model
         self._load()
 
     def reload(self, options: ChatOptions) -> None:
-        """``/server``: load again with ``options``."""
-        self.options = options
+        """``/server``: load again with ``options``; they are the window's once that load succeeded (a server
+        that cannot be reached leaves the chat as it was, and the next ``/model`` loads here as before)."""
+        if self.refused_while_loading("/server"):
+            return
+        self._next_options = options
         self.start_load()
 
     def load_model(self, model: str) -> None:
@@ -227,11 +245,26 @@ class ChatApp(App):
         What ``/temp`` and the other sampling commands set in this session was
         the user's choice, as a flag is: it goes on with the new model (the
         preset fills only what nobody set), instead of the options the window
-        was opened with."""
+        was opened with.  A reply streaming now finishes first: the engine
+        writing it is closed only once the new one is loaded, so the new model
+        loads after the reply (a download that ended mid-reply)."""
+        if self.generating:
+            self._model_after_reply = model
+            self.notify(f"{Path(model).name} loads when this reply has finished (Esc stops it)")
+            return
+        if self.refused_while_loading("/model"):
+            return
         if self.chat is not None:
             self.options = replace(self.options, sampling=replace(self.chat.session.sampling))
         self._next_model = model
         self.start_load()
+
+    def refused_while_loading(self, what: str) -> bool:
+        """Say in one line that ``what`` waits for the model loading now; True when one is loading."""
+        if self._loading is None:
+            return False
+        self.notify(f"{self._loading} is still loading: {what} has to wait until it is ready", severity="warning")
+        return True
 
     @work(thread=True, exclusive=True, group="load")
     def _load(self) -> None:
@@ -243,25 +276,31 @@ class ChatApp(App):
                 # the preset (template, sampling, context) comes from the model's header: read here,
                 # not before the first frame; the header is then handed on to the loader
                 self.options, self._with_preset = self._with_preset(), None
-            load_options, self._load_notice = self.options, None
+            options, self._next_options = self._next_options or self.options, None
+            load_options, self._load_notice = options, None
             if self._next_model is not None:
                 from app.tui.loader import draft_for_model, options_for_model
 
                 model, self._next_model = self._next_model, None
-                self.options = options_for_model(self.options, model)
-                load_options, self._load_notice = draft_for_model(self.options)
+                options = options_for_model(options, model)
+                load_options, self._load_notice = draft_for_model(options)
             chat = self.loader(load_options, progress)
             # the reply widget (Markdown) is imported here, off the event loop, before the first reply
             import app.tui.widgets.assistant_message  # noqa: F401
         except Exception as exc:  # shown on screen; the app stays usable
             self.post_message(self.ModelLoadFailed(error_text(exc)))
             return
-        self.post_message(self.ModelLoaded(chat))
+        self.post_message(self.ModelLoaded(chat, options))
 
     def _show_progress(self, text: str) -> None:
         self.query_one(ModelBar).text = text + " …"
 
     async def on_chat_app_model_loaded(self, message: ModelLoaded) -> None:
+        # no turn starts while a model loads (ready_to_generate, need_session) and no load starts during a
+        # turn (load_model): the old engine, closed below, never has a reply running
+        assert not self.generating, "a model finished loading while a reply streamed"
+        self._loading = None
+        self.options = message.options
         old, self.chat = self.chat, message.chat
         chat = message.chat
         if old is not None:
@@ -298,6 +337,7 @@ class ChatApp(App):
         self.meter.limit = chat.context_size
 
     async def on_chat_app_model_load_failed(self, message: ModelLoadFailed) -> None:
+        self._loading = None
         bar = self.query_one(ModelBar)
         if self.chat is not None:  # a /model that failed: the loaded model stays
             self.show_model()
@@ -388,14 +428,21 @@ class ChatApp(App):
         if self.generating:
             self.notify("A reply is still streaming: wait, or press Esc to stop it", severity="warning")
             return False
+        if self._loading is not None:  # the engine that would answer is closed when the load ends
+            self.notify(f"{self._loading} is still loading: send when it is ready (the message stays in the box)",
+                        severity="warning")
+            return False
         return True
 
     def need_session(self, name: str) -> Any:
-        """The session, for a command that needs a loaded model and no reply streaming."""
+        """The session, for a command that needs a loaded model, no reply streaming and no model loading
+        (a load ends by moving the conversation to the new model's session and closing the old engine)."""
         if self.session is None:
             raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
         if self.generating:
             raise SlashError(f"/{name} has to wait until the reply finishes (Esc stops it)")
+        if self._loading is not None:
+            raise SlashError(f"{self._loading} is still loading: /{name} has to wait until it is ready")
         return self.session
 
     def unsent_text(self) -> str:
@@ -551,6 +598,13 @@ class ChatApp(App):
         self.generating = False
         self.update_meter()
         self.update_draft()
+        self._after_reply()
+
+    def _after_reply(self) -> None:
+        """A model whose download ended while the reply streamed loads now."""
+        model, self._model_after_reply = self._model_after_reply, None
+        if model is not None:
+            self.load_model(model)
 
     def reply_finished(self, reply: AssistantMessage) -> None:
         """A reply is complete (or stopped): record it; a turn the session refused changed nothing."""
