@@ -15,8 +15,12 @@ session's.  Between steps:
 * a malformed call, an unknown tool, a denied call and a failed call all go
   back to the model as an error result; only an approved, well-formed call
   to an offered tool is run;
-* a result longer than ``result_tokens`` is cut to that many tokens, with a
-  notice to the model (in the result) and to the user (an event).
+* a result longer than ``result_tokens``, or than the room the context has
+  left for it (after the conversation, the results before it and the reply's
+  own room), is cut to fit, with a notice to the model (in the result) and to
+  the user (an event); only its first ``budget * MAX_CHARS_PER_TOKEN``
+  characters are ever tokenized (a 5 MiB result was tokenized whole, 655,360
+  ids in 75 s and 1.5 GB, before being cut to 2,048).
 
 The turn's ``done`` carries stats for the whole turn: completion and
 evaluated prompt tokens summed over the steps, ``tool_call_tokens``,
@@ -39,6 +43,12 @@ from app.settings.tools import ToolSettings
 
 #: approval answers
 ONCE, ALWAYS, DENY = "once", "always", "deny"
+#: a token is rarely longer than this many characters: a result is tokenized no further than its budget
+#: times this (long runs of one character, the tokenizer's slowest input, cost the budget's time, not the result's)
+MAX_CHARS_PER_TOKEN = 16
+#: a tool result's template markup, and the generation prompt after the results, at most (Mistral's
+#: ``[TOOL_RESULTS]{"content": ..., "call_id": ...}[/TOOL_RESULTS]`` is about 20)
+MARKUP_TOKENS = 32
 
 
 class Toolbox(Protocol):
@@ -60,7 +70,10 @@ class ToolOutcome:
     status: str
     text: str  # the result as sent to the model (truncated if it was too long)
     tokens: int = 0
-    truncated_from: int = 0  # the result's full length in tokens when it was cut
+    #: the result's full length in characters when it was cut (0: sent whole)
+    truncated_from_chars: int = 0
+    #: the tokens it was cut to fit: tools.result_tokens, or less when the context had less room left
+    budget: int = 0
 
 
 class ToolLoop:
@@ -140,9 +153,11 @@ class ToolLoop:
             if self.on_message is not None:
                 self.on_message(reply)
             results: list[ChatMessage] = []
+            step_results = 0  # tokens of this step's results so far: they share the room left
             for call in parsed.calls:
-                outcome = yield from self._run_call(call)
+                outcome = yield from self._run_call(call, self._room(step_results, len(results) + 1))
                 result_tokens += outcome.tokens
+                step_results += outcome.tokens
                 message = ChatMessage("tool", outcome.text, tool_call_id=call.id, name=call.name or "invalid")
                 results.append(message)
                 if self.on_message is not None:
@@ -181,35 +196,48 @@ class ToolLoop:
             return None, ""
         return stats, "".join(bare)
 
-    def _run_call(self, call: ToolCall):
-        """Decide on one call and run it if allowed; yields the call and its outcome."""
+    def _room(self, before: int, results: int) -> int:
+        """Tokens the next result may take: ``tools.result_tokens``, or less if the context has less left
+        after the conversation so far, ``before`` tokens of this step's earlier results, the markup of
+        ``results`` results and the generation prompt, and the room the reply is given (as
+        :func:`app.conversation.fit.fit` keeps it: ``max_tokens``, at most the context)."""
+        s = self.session
+        reply = min(s.sampling.max_tokens, s.context_size)
+        left = s.context_size - s.context_used - before - MARKUP_TOKENS * (results + 1) - reply
+        return max(0, min(self.settings.result_tokens, left))
+
+    def _run_call(self, call: ToolCall, budget: int):
+        """Decide on one call and run it if allowed; yields the call and its outcome (cut to ``budget``)."""
         tool = self.tools.get(call.name)
         server = tool.server if tool is not None else ""
         yield ReplyEvent("tool_call", call_line(server, call.name, call.arguments), data=(call, server))
         if call.error is not None:
-            outcome = self._outcome(call, server, "malformed", f"error: {call.error}; the call was not run")
+            outcome = self._outcome(call, server, "malformed", f"error: {call.error}; the call was not run", budget)
         elif tool is None:
             offered = ", ".join(sorted(self.tools)) or "none"
             outcome = self._outcome(call, server, "unknown",
-                                    f"error: there is no tool named {call.name!r} (tools: {offered})")
+                                    f"error: there is no tool named {call.name!r} (tools: {offered})", budget)
         elif self._cancel.is_set():
-            outcome = self._outcome(call, server, "skipped", "error: the user stopped the turn; not run")
+            outcome = self._outcome(call, server, "skipped", "error: the user stopped the turn; not run", budget)
         elif _key(call) in self._answered:
             # small models repeat a call they have the answer to; running it again loops the turn
             outcome = self._outcome(call, server, "repeat", "This exact call was already made in this turn; its "
-                                    f"result was: {self._answered[_key(call)]}\nAnswer the user with it now.")
+                                    f"result was: {self._answered[_key(call)]}\nAnswer the user with it now.",
+                                    budget)
         else:
             decision = self._decide(call, server)
             if decision == DENY:
-                outcome = self._outcome(call, server, "denied", "error: the user denied this tool call")
+                outcome = self._outcome(call, server, "denied", "error: the user denied this tool call", budget)
             else:
                 result = self.toolbox.call(server, call.name, call.arguments, self.settings.call_timeout_s)
-                outcome = self._outcome(call, server, "error" if result.is_error else "ok", result.text)
+                outcome = self._outcome(call, server, "error" if result.is_error else "ok", result.text, budget)
                 if not result.is_error:
                     self._answered[_key(call)] = outcome.text
-        if outcome.truncated_from:
-            yield ReplyEvent("notice", f"the result of {call.name} was {outcome.truncated_from} tokens; "
-                             f"kept the first {self.settings.result_tokens} (tools.result_tokens)")
+        if outcome.truncated_from_chars:
+            why = ("tools.result_tokens" if outcome.budget >= self.settings.result_tokens
+                   else f"the room left in the context of {self.session.context_size}")
+            yield ReplyEvent("notice", f"the result of {call.name} was {outcome.truncated_from_chars:,} characters; "
+                             f"kept {outcome.tokens} tokens of it ({why})")
         yield ReplyEvent("tool_result", outcome.text, data=outcome)
         return outcome
 
@@ -222,9 +250,9 @@ class ToolLoop:
             self.always.add(call.name)
         return decision
 
-    def _outcome(self, call: ToolCall, server: str, status: str, text: str) -> ToolOutcome:
-        kept, tokens, full = fit_result(self.session.tokenizer, text, self.settings.result_tokens)
-        return ToolOutcome(call, server, status, kept, tokens, full if full > tokens else 0)
+    def _outcome(self, call: ToolCall, server: str, status: str, text: str, budget: int) -> ToolOutcome:
+        kept, tokens = fit_result(self.session.tokenizer, text, budget)
+        return ToolOutcome(call, server, status, kept, tokens, len(text) if kept != text else 0, budget)
 
     def _total(self, steps: list[TurnStats], call_tokens: int, result_tokens: int, started: float) -> TurnStats:
         if not steps:
@@ -248,12 +276,31 @@ def _key(call: ToolCall) -> tuple[str, str]:
     return call.name, json.dumps(call.arguments, sort_keys=True)
 
 
-def fit_result(tokenizer: Any, text: str, budget: int) -> tuple[str, int, int]:
-    """``(text to send, its tokens, the full text's tokens)``: cut to ``budget`` tokens with a notice."""
-    ids = tokenizer.encode(text) if text else []
-    if len(ids) <= budget:
-        return text, len(ids), len(ids)
-    notice = f"\n[tokchat: result truncated to its first {budget} of {len(ids)} tokens]"
-    room = max(1, budget - len(tokenizer.encode(notice)))
-    kept = tokenizer.decode(ids[:room]).rstrip("\ufffd") + notice
-    return kept, len(tokenizer.encode(kept)), len(ids)
+def fit_result(tokenizer: Any, text: str, budget: int) -> tuple[str, int]:
+    """``(text to send, its tokens)``: ``text`` whole if it fits ``budget`` tokens, else its start with a
+    notice, at most ``budget`` tokens in all (only the notice, or nothing, when ``budget`` is that small).
+
+    Only the first ``budget * MAX_CHARS_PER_TOKEN`` characters are tokenized, so the time and memory
+    are the budget's, not the result's: a longer result is cut there even when those characters make
+    fewer than ``budget`` tokens (long runs of one character or of spaces).
+    """
+    head = text[: budget * MAX_CHARS_PER_TOKEN]
+    ids = tokenizer.encode(head) if head else []
+    if len(ids) <= budget and len(head) == len(text):
+        return text, len(ids)
+    keep = budget - len(tokenizer.encode(_cut_notice(len(head), len(text))))
+    while keep > 0:
+        kept = (head if len(ids) <= keep else tokenizer.decode(ids[:keep])).rstrip("\ufffd")
+        sent = kept + _cut_notice(len(kept), len(text))
+        tokens = len(tokenizer.encode(sent))
+        if tokens <= budget:
+            return sent, tokens
+        keep -= tokens - budget  # the start tokenized with the notice took a little more: cut again
+    notice = _cut_notice(0, len(text)).lstrip()
+    tokens = len(tokenizer.encode(notice))
+    return (notice, tokens) if tokens <= budget else ("", 0)
+
+
+def _cut_notice(kept: int, full: int) -> str:
+    """What the model reads after a cut result (how much of it it got)."""
+    return f"\n[tokchat: result cut to fit the context: its first {kept:,} of {full:,} characters]"

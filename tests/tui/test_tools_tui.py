@@ -129,7 +129,7 @@ async def test_slash_tools_lists_tools_and_their_cost(tools_app):
         await ready(pilot)
         await send(pilot, "/tools")
         text = str(app.query(Notice).last().render())
-        assert "test (stdio: " in text and ": 7 tools" in text
+        assert "test (stdio: " in text and ": 8 tools" in text
         from app.tools.setup import schema_tokens
 
         add = next(t for t in app.tools.infos if t.name == "add")

@@ -70,7 +70,7 @@ class ToolCallBlock(Collapsible):
     def show_result(self, outcome) -> None:
         """The outcome: status, tokens sent back, and the result text."""
         self.status = outcome.status
-        cut = f" (cut from {outcome.truncated_from})" if outcome.truncated_from else ""
+        cut = f" (cut from {outcome.truncated_from_chars:,} characters)" if outcome.truncated_from_chars else ""
         self.title = (f"🔧 {printable(self.tool)} · {_STATUS_TEXT.get(outcome.status, outcome.status)} · "
                       f"{outcome.tokens} tokens{cut}")
         self.result_text.update(printable(outcome.text))

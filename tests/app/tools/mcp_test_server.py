@@ -4,7 +4,8 @@
 
 Its tools cover what the client must survive: a normal answer (``add``,
 ``echo``), a tool error (``fail``), a tool that never answers (``hang``), a
-server that dies mid-call (``crash``), a 1 MB result (``big``) and a
+server that dies mid-call (``crash``), a 1 MB result (``big``), a result of
+one character repeated (``repeated``, the tokenizer's slowest input) and a
 hostile result full of special-token literals and terminal escapes
 (``hostile``).
 """
@@ -59,6 +60,12 @@ def big(size: int = 1_000_000) -> str:
     """Return ``size`` characters of text."""
     line = "0123456789 the quick brown fox jumps over the lazy dog\n"
     return (line * (size // len(line) + 1))[:size]
+
+
+@server.tool()
+def repeated(size: int = 5 * 1024 * 1024, char: str = "a") -> str:
+    """Return ``char`` repeated ``size`` times."""
+    return char * size
 
 
 @server.tool()

@@ -142,9 +142,11 @@ def test_a_long_result_is_cut_to_the_budget(qwen, hub):
     loop, script, _ = make_loop(qwen, hub, [call_text("big", {"size": 1_000_000}), "Long."], result_tokens=64)
     events = run(loop, "Big")
     result = loop.session.messages[2].content
-    assert len(qwen.encode(result)) <= 64 and "result truncated to its first" in result
+    assert len(qwen.encode(result)) <= 64 and "result cut to fit the context: its first" in result
+    assert result.endswith(" of 1,000,000 characters]")
     assert result.startswith("0123456789 the quick brown fox")
-    assert any(e.kind == "notice" and "kept the first 64" in e.text for e in events)
+    assert any(e.kind == "notice" and "was 1,000,000 characters; kept " in e.text and "(tools.result_tokens)" in e.text
+               for e in events)
     assert events[-1].stats.tool_result_tokens == len(qwen.encode(result))
 
 

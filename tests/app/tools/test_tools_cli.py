@@ -64,7 +64,7 @@ def test_tokchat_tools_lists_servers_and_costs(tmp_path, monkeypatch, capsys, sm
     monkeypatch.setenv("TOKCHAT_CONFIG_DIR", str(tmp_path))
     assert main(["tools", "--model", str(smollm_path)]) == 0
     shown = capsys.readouterr().out.splitlines()
-    assert shown[0].startswith("test (stdio: ") and shown[0].endswith(": 7 tools")
+    assert shown[0].startswith("test (stdio: ") and shown[0].endswith(": 8 tools")
     add = next(line for line in shown if line.strip().startswith("add "))
     from tokenizer import load_tokenizer
 
