@@ -42,6 +42,7 @@ from typing import Callable, Collection, Sequence
 
 from backends.base import (
     BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
+from dataclasses import replace
     PromptProgress, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.cpu import available_cpus, llama_default_threads
@@ -49,8 +50,10 @@ from backends.engine_log import capture_llama_log
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta, kv_cache_bytes
 from backends.offload import (
-    free_vram_bytes, model_sizes, out_of_memory_message, ran_out_of_memory, plan_offload, read_load_report,
+    free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, plan_offload_with_draft, ran_out_of_memory,
+    read_load_report,
 )
+from backends.kv_types import F16, KvType, KvTypeError, parse_kv_type
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
 from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
 from backends.worker import Worker, new_worker
@@ -156,14 +159,28 @@ class LlamaCppBackend:
         if meta.format != "gguf":
             raise BackendError(f"llama.cpp loads .gguf files; {model_path} is an MLX directory (use --backend mlx)")
         n_ctx = options.n_ctx or meta.default_ctx()
-        gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers)
+        try:
+            kv_type = parse_kv_type(options.kv_type)
+        except KvTypeError as exc:
+            raise BackendError(str(exc)) from exc
+        flash_attn, kv_note = options.flash_attn, ""
+        if kv_type.needs_flash_attn:
+            if flash_attn == "off":
+                raise BackendError(f"--kv-type {kv_type}: a quantized V cache needs flash attention, which is "
+                                   "off; use a V of f16 (K/V such as q8_0/f16) or leave flash attention on auto")
+            if flash_attn == "auto":
+                flash_attn = "on"
+                kv_note = f"flash attention on: the {kv_type.v} V cache needs it"
+        drafts = options.draft_model if options.speculative in ("draft", "auto") else None
+        gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers, kv_type, drafts)
         threads = options.n_threads or default_threads()
         # on a GPU, llama.cpp's own logical batch (2048, as llama-server): 256-id calls left the GPU idle
         # between them, behind llama-server's prompt speed (docs/engine.md, "Figures behind the code's choices")
         n_batch = GPU_PREFILL_CHUNK if gpu_layers != 0 else 512
         self._prefill_chunk = GPU_PREFILL_CHUNK if gpu_layers != 0 else PREFILL_CHUNK
         params = EngineParams(n_ctx=n_ctx, n_threads=threads, n_gpu_layers=gpu_layers,
-                              flash_attn=options.flash_attn, repack=options.repack, n_batch=n_batch)
+                              flash_attn=flash_attn, repack=options.repack, n_batch=n_batch,
+                              type_k=kv_type.ggml_k, type_v=kv_type.ggml_v)
         try:
             self.log_path = capture_llama_log(options.log_path)
         except ImportError as exc:
@@ -200,7 +217,9 @@ class LlamaCppBackend:
             offloaded = report.offloaded  # llama.cpp's own account wins over the estimate
         engine_ctx = self._engine.n_ctx()
         repack = "" if options.repack else ", weight repacking off"
-        notes = [f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {options.flash_attn}"
+        kv_mib = report.total_mib("KV")
+        kv_size = f", KV cache {kv_type} {kv_mib:,.0f} MiB" if kv_mib else f", KV cache {kv_type}"
+        notes = [f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {flash_attn}{kv_size}"
                  f"{repack}, log in {self.log_path}"]
         if draft_note:
             notes.append(draft_note)
@@ -209,6 +228,8 @@ class LlamaCppBackend:
                          "CPU here (`tokchat doctor` says why)")
         if self.device != "CPU":
             notes.append(f"{self.device}: {report.summary() or f'{offloaded} layers on the GPU'}"
+        if kv_note:
+            notes.append(kv_note)
                          + ("" if plan is None or plan.all_on_gpu else
                             f" (the rest on the CPU: {plan.need_bytes >> 20} MiB fit in {plan.free_bytes >> 20} "
                             "MiB free; --gpu-layers N overrides)"))
@@ -243,7 +264,9 @@ class LlamaCppBackend:
             raise BackendError(differs)
         start = _log_size(self.log_path)
         try:
-            self._draft_engine = self._worker.call(lambda: LlamaEngine(path, params))
+            layers = getattr(self, "_draft_gpu_layers", None)
+            draft_params = params if layers is None else replace(params, n_gpu_layers=layers)
+            self._draft_engine = self._worker.call(lambda: LlamaEngine(path, draft_params))
         except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
             self.close()
             raise BackendError(f"llama.cpp could not load the draft model {path.name}: {exc}") from exc
@@ -252,8 +275,10 @@ class LlamaCppBackend:
                 f"model ({report.total_mib('model'):.0f} MiB of weights + {report.total_mib('KV'):.0f} MiB of KV "
                 "cache)")
 
-    def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None):
-        """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown).
+    def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None, kv_type: KvType = F16,
+                    draft: Path | None = None):
+        """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown); sets
+        the draft model's own ``n_gpu_layers`` (:attr:`_draft_gpu_layers`), planned with it.
 
         On the CPU nothing is offloaded whatever was asked: llama.cpp ignores the number there, and taking it
         as given made the stats say "10/31" layers on a GPU that is not there (see :meth:`load`'s note)."""
@@ -262,8 +287,9 @@ class LlamaCppBackend:
         if asked is not None:
             return asked, None
         free = free_vram_bytes() if self.device == "CUDA" else None
-        kv = kv_cache_bytes(meta, n_ctx)
+        kv = kv_cache_bytes(meta, n_ctx, kv_type)
         blocks = meta.kv.get(f"{meta.architecture}.block_count")
+        self._draft_gpu_layers: int | None = None  # None: the main model's
         if free is None or kv is None or not isinstance(blocks, int) or blocks <= 0:
             return -1, None  # llama.cpp's own "all layers"
         try:
@@ -277,6 +303,18 @@ class LlamaCppBackend:
         """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.
 
         At least the last prompt id is evaluated again: its logits pick the
+        if draft is not None:
+            try:
+                draft_meta = known_meta(draft, None)
+                draft_sizes = model_sizes(draft, draft_meta.gguf)
+                draft_kv = kv_cache_bytes(draft_meta, n_ctx, kv_type)
+            except (BackendError, OSError, ValueError):
+                draft_kv = None  # its load reports what is wrong with it
+            if draft_kv is not None and draft_sizes.blocks:
+                both = plan_offload_with_draft(sizes, kv // blocks, free, draft_sizes,
+                                               draft_kv // len(draft_sizes.blocks))
+                self._draft_gpu_layers = both.draft_gpu_layers
+                return both.main.n_gpu_layers, both.main
         first reply id.  A draft model gets the prompt here too, in the same
         progress: left to its first draft, its catch-up (the whole prompt, on
         the first turn) landed inside the reply, where it slowed the first

@@ -42,6 +42,9 @@ class EngineParams:
     repack: bool = True
     #: ids per ``llama_decode`` call (llama.cpp's default logical batch is 2048, physical 512)
     n_batch: int = 512
+    #: the K and V cache's ggml types (llama.h's numbers; 1 = F16, llama.cpp's default)
+    type_k: int = 1
+    type_v: int = 1
 
 
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
@@ -86,6 +89,8 @@ class LlamaEngine:
         cparams.n_threads = params.n_threads
         cparams.n_threads_batch = params.n_threads
         cparams.flash_attn_type = _FLASH_ATTN[params.flash_attn]
+        cparams.type_k = params.type_k
+        cparams.type_v = params.type_v
         cparams.no_perf = True
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import BackendError
+from backends.kv_types import F16, KvType, bytes_per_value
 
 #: GGUF ``general.file_type`` (llama.cpp's ``llama_ftype``) -> name
 FILE_TYPES: dict[int, str] = {
@@ -123,10 +124,11 @@ def _mlx_meta(path: Path) -> ModelMeta:
     )
 
 
-def kv_cache_bytes(meta: ModelMeta, n_ctx: int) -> int | None:
-    """The f16 K and V cache of ``n_ctx`` tokens, as llama.cpp sizes it by default (None: unknown).
+def kv_cache_bytes(meta: ModelMeta, n_ctx: int, kv_type: KvType = F16) -> int | None:
+    """The K and V cache of ``n_ctx`` tokens in ``kv_type`` (llama.cpp's default f16), as llama.cpp sizes it
+    (None: unknown).
 
-    Per token and layer: ``head_count_kv * (key_length + value_length)`` values of 2 bytes;
+    Per token and layer: ``head_count_kv`` K values of ``key_length`` and V values of ``value_length``;
     the head sizes default to ``embedding_length / head_count``.  Sliding-window layers and
     recurrent models take less; this is the upper figure.
     """
@@ -144,36 +146,18 @@ def kv_cache_bytes(meta: ModelMeta, n_ctx: int) -> int | None:
     heads_kv = num("attention.head_count_kv") or heads
     k_len = num("attention.key_length") or embd // heads
     v_len = num("attention.value_length") or embd // heads
-    return n_ctx * layers * heads_kv * (k_len + v_len) * 2
+    per_token = layers * heads_kv * (k_len * bytes_per_value(kv_type.k) + v_len * bytes_per_value(kv_type.v))
+    return int(n_ctx * per_token)
 
 
 def explain_load_failure(meta: ModelMeta | None, path: Path, n_ctx: int | None) -> str | None:
     """A better line than the engine's "could not load" when the header says why, else None.
 
-    A file cut short (a tensor past its end) or a context whose KV cache is larger than
-    this machine's memory: the two loads the issue saw fail with only the engine's words.
+    A file cut short (a tensor past its end), which the engine reports only as "could not load".  A
+    context too large for this machine is refused before any engine starts (:func:`backends.fit.refusal`).
     """
     if meta is None or meta.format != "gguf" or meta.gguf is None:
         return None
     from tokenizer.gguf_extents import truncation
 
-    cut = truncation(path, meta.gguf)
-    if cut:
-        return cut
-    if n_ctx:
-        need = kv_cache_bytes(meta, n_ctx)
-        memory = _memory_bytes()
-        if need is not None and memory and need > memory // 2:
-            return (f"--ctx {n_ctx} needs a KV cache of about {need / 1e9:,.1f} GB for {path.name} "
-                    f"(this machine has {memory / 1e9:,.1f} GB of memory): lower --ctx "
-                    f"(the model was trained on {meta.context_length or '?'} tokens)")
-    return None
-
-
-def _memory_bytes() -> int | None:
-    import os
-
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return truncation(path, meta.gguf) or None

@@ -97,15 +97,50 @@ def plan_offload(sizes: ModelSizes, kv_per_block: int, free_bytes: int, reserve:
     return OffloadPlan(fitted, fitted, total_layers, used, free_bytes)
 
 
+@dataclass(frozen=True)
+class DraftedPlan:
+    """The main model's plan and the draft model's ``n_gpu_layers`` when both share one GPU."""
+
+    main: OffloadPlan
+    draft_gpu_layers: int
+    #: VRAM the draft model takes (weights + KV cache) when it is wholly on the GPU, else 0
+    draft_bytes: int
+
+
+def plan_offload_with_draft(sizes: ModelSizes, kv_per_block: int, free_bytes: int, draft: ModelSizes,
+                            draft_kv_per_block: int, reserve: int = RESERVE_BYTES) -> DraftedPlan:
+    """The draft model first, whole (it runs several times per step: a draft split across devices costs more
+    than it saves), then the main model's layers in what is left; a draft that does not fit whole stays on the
+    CPU.  Together they never plan more than ``free_bytes``: the plan used to leave the draft model out."""
+    draft_bytes = draft.total + draft_kv_per_block * len(draft.blocks)
+    if draft_bytes + reserve > free_bytes:
+        return DraftedPlan(plan_offload(sizes, kv_per_block, free_bytes, reserve), 0, 0)
+    main = plan_offload(sizes, kv_per_block, free_bytes - draft_bytes, reserve)
+    return DraftedPlan(main, -1, draft_bytes)
+
+
 def free_vram_bytes(run=subprocess.run) -> int | None:
     """Free memory of the first NVIDIA GPU, from ``nvidia-smi`` (None where it cannot say)."""
+    gpus = free_vram_per_gpu(run)
+    return gpus[0] if gpus else None
+
+
+def free_vram_per_gpu(run=subprocess.run) -> list[int]:
+    """Free memory of each NVIDIA GPU, from ``nvidia-smi`` ([] where it cannot say)."""
     try:
         done = run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
                    capture_output=True, text=True, timeout=TOOL_S)
     except (OSError, subprocess.SubprocessError):
-        return None
-    first = (done.stdout or "").strip().splitlines()[:1]
-    return int(float(first[0])) * MIB if done.returncode == 0 and first and first[0].strip() else None
+        return []
+    if done.returncode != 0:
+        return []
+    free = []
+    for line in (done.stdout or "").strip().splitlines():
+        try:
+            free.append(int(float(line.strip())) * MIB)
+        except ValueError:
+            return []
+    return free
 
 
 @dataclass

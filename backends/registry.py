@@ -61,6 +61,10 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
     model_is_mlx = is_mlx_dir(path)
     report = detect(probe, requested=options.backend, model_is_mlx=model_is_mlx)
     order = plan(report, options.backend, model_is_mlx=model_is_mlx)
+    if order and order[0].engine == "llama.cpp":
+        refused = _does_not_fit(path, options, gpu=order[0].device == "CUDA")
+        if refused:
+            raise BackendError(refused)  # before any engine starts: never a load the OOM killer ends
     notes: list[str] = []
     for n, candidate in enumerate(order):
         backend = ENGINES[candidate.engine](candidate) if in_process() else hosted(candidate, spare)
@@ -152,3 +156,23 @@ def start_backend(model_path: Path | str, options: LoadOptions, probe: SystemPro
     """:func:`open_backend` on a thread; ``.result()`` gives the backend (see :class:`PendingBackend`).
     ``spare`` is the pending load's from now on: taken by the engine, or discarded when the load ends."""
     return PendingBackend(model_path, options, probe, spare)
+
+
+def _does_not_fit(path: Path, options: LoadOptions, gpu: bool) -> str | None:
+    """:func:`backends.fit.refusal` for this load (None: it fits, or the header is the load's to report)."""
+    from backends.fit import free_memory, refusal
+    from backends.kv_types import KvTypeError, parse_kv_type
+    from backends.model_meta import known_meta
+
+    try:
+        meta = known_meta(path, options.model_meta)
+        kv_type = parse_kv_type(options.kv_type)
+        draft_meta = (known_meta(options.draft_model, None)
+                      if options.draft_model is not None and options.speculative in ("draft", "auto") else None)
+    except (BackendError, KvTypeError, OSError, ValueError):
+        return None
+    if meta.format != "gguf":
+        return None
+    draft = (Path(options.draft_model), draft_meta) if draft_meta is not None and options.draft_model else None
+    return refusal(path, meta, options.n_ctx or meta.default_ctx(), kv_type, free_memory(gpu), draft=draft,
+                   repack=options.repack)

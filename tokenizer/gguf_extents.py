@@ -45,6 +45,10 @@ class TensorExtent:
     name: str
     start: int
     end: int | None
+    #: ggml's type number (llama.h's GGML_TYPE_*) and the dimensions, ne0 first (the offload plan and
+    #: ``tokchat fit`` size llama.cpp's repacked copies from them)
+    ggml_type: int = -1
+    dims: tuple[int, ...] = ()
 
 
 def tensor_extents(path: Path | str, gguf: Any) -> tuple[list[TensorExtent], int]:
@@ -57,7 +61,7 @@ def tensor_extents(path: Path | str, gguf: Any) -> tuple[list[TensorExtent], int
 
 def _read_infos(buf: Any, size: int, gguf: Any) -> list[TensorExtent]:
     off = gguf.kv_end
-    infos: list[tuple[str, int, int | None]] = []  # (name, offset in the data section, bytes or None)
+    infos: list[tuple[str, int, int | None, int, tuple[int, ...]]] = []  # (name, data offset, bytes, type, dims)
 
     def take(n: int, what: str) -> int:
         nonlocal off
@@ -80,12 +84,12 @@ def _read_infos(buf: Any, size: int, gguf: Any) -> list[TensorExtent]:
             elements *= d
         block = GGML_BLOCKS.get(ggml_type)
         nbytes = elements // block[0] * block[1] if block else None
-        infos.append((name, offset, nbytes))
+        infos.append((name, offset, nbytes, ggml_type, tuple(dims)))
     alignment = gguf.kv.get("general.alignment", 32)
     alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
     data_start = (off + alignment - 1) // alignment * alignment
-    return [TensorExtent(name, data_start + offset, None if n is None else data_start + offset + n)
-            for name, offset, n in infos]
+    return [TensorExtent(name, data_start + offset, None if n is None else data_start + offset + n, kind, dims)
+            for name, offset, n, kind, dims in infos]
 
 
 def truncation(path: Path | str, gguf: Any) -> str | None:

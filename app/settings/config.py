@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from app.settings.toml_lines import located, parse_error_line
+from backends.kv_types import NAMES as _KV_NAMES
 from templates.names import NAMES as TEMPLATE_NAMES
+
+#: --kv-type's values: one type for K and V, or K/V
+KV_TYPE_CHOICES = tuple(_KV_NAMES) + tuple(f"{k}/{v}" for k in _KV_NAMES for v in _KV_NAMES if k != v)
 
 try:
     import tomllib
@@ -129,6 +133,7 @@ SCHEMA: dict[str, Setting] = {
     "ui.theme": _S,
     "server.url": _S,
     "server.kind": Setting("string", ("auto", "llamacpp", "vllm", "sglang")),
+    "model.kv_type": Setting("string", KV_TYPE_CHOICES),
     "server.api_key": _S,
     "server.trust_vocab": _B,
     "server.connect_timeout": _timeout(0.1),

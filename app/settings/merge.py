@@ -31,7 +31,7 @@ DEFAULTS_SOURCE = "default.toml"
 #: CLI flag (argparse dest) -> setting; a flag left out is None and does not count
 FLAG_SETTINGS: dict[str, str] = {
     "model": "model.default", "backend": "model.backend", "device": "model.device",
-    "ctx": "model.context_size", "threads": "model.threads", "gpu_layers": "model.gpu_layers",
+    "ctx": "model.context_size", "threads": "model.threads", "gpu_layers": "model.gpu_layers", "kv_type": "model.kv_type",
     "speculative": "model.speculative", "draft_model": "model.draft_model", "template": "chat.template", "template_file": "chat.template_file",
     "system": "chat.system_prompt", "think": "chat.thinking", "show_thinking": "chat.show_thinking",
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
@@ -153,6 +153,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         gpu_layers=None if v["model.gpu_layers"] < 0 else v["model.gpu_layers"],
         speculative=v["model.speculative"],
         draft_model=Path(v["model.draft_model"]).expanduser() if v["model.draft_model"] else None,
+        kv_type=v["model.kv_type"],
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
         show_thinking=v["chat.show_thinking"],
         reasoning_budget=None if v["chat.reasoning_budget"] < 0 else v["chat.reasoning_budget"],

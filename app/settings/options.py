@@ -36,6 +36,8 @@ class ChatOptions:
     threads: int | None = None
     #: layers on the GPU (llama.cpp -ngl, Ollama num_gpu); None: every layer that fits in free VRAM
     gpu_layers: int | None = None
+    #: the KV cache's element types: f16 | q8_0 | q4_0, or K/V (backends.kv_types)
+    kv_type: str = "f16"
     #: speculative decoding in the local engine: auto | off | ngram | draft (backends.speculative)
     speculative: str = "auto"
     #: the draft model for ``speculative = "draft"`` (a GGUF sharing the main model's vocabulary)
