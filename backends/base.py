@@ -17,6 +17,18 @@ class BackendError(RuntimeError):
     """A backend could not load or generate; the message says what to do."""
 
 
+@dataclass(frozen=True)
+class OutputConstraint:
+    """What a reply must match, as the user gave it: checked by :func:`backends.constraint.parse_constraint`.
+
+    ``kind``: "json" (any JSON value), "json_schema" (``source`` is the schema as JSON text), "regex"
+    (``source`` the pattern) or "grammar" (``source`` a Lark or GBNF grammar).
+    """
+
+    kind: str
+    source: str = ""
+
+
 @dataclass
 class SamplingParams:
     """How the next token is picked: one meaning on every backend.
@@ -63,6 +75,14 @@ class SamplingParams:
     #: how many of the latest context ids (prompt and reply) the repetition penalty looks at;
     #: 0 = none (penalty off), -1 = the whole context
     repeat_last_n: int = 64
+    #: the shape the reply must have (JSON, a JSON Schema, a regex, a grammar), enforced at sampling time by
+    #: the engine (backends.constraint); None = free text.  Data, not a compiled object: it crosses the
+    #: engine pipe as its fields and is compiled there against the model's own vocabulary
+    constraint: OutputConstraint | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.constraint, dict):  # as it arrives over the engine pipe (dataclasses.asdict)
+            self.constraint = OutputConstraint(**self.constraint)
 
     @property
     def greedy(self) -> bool:
@@ -223,6 +243,9 @@ class GenerationStats:
     #: "stop" (a stop id or the engine's end of reply), "length" (max_tokens or a full context),
     #: "cancelled", "error"; "" while the ids still come
     finish_reason: str = ""
+    #: milliseconds the reply's constraint (SamplingParams.constraint) took to mask the logits, made current
+    #: before each id is emitted; 0 without one
+    mask_ms: float = 0.0
 
 
 @runtime_checkable

@@ -390,6 +390,7 @@ class HostedBackend:
                     stats.prompt_evaluated = answer.evaluated
                     if answer.draft:
                         stats.draft = DraftCounts(*answer.draft)
+                    stats.mask_ms = answer.mask_ms
                     if isinstance(answer, Done):
                         if answer.finish and not stats.finish_reason:
                             stats.finish_reason = answer.finish  # the engine's own reason (a full context)

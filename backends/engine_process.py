@@ -163,7 +163,7 @@ class EngineHost:
             def sent(token: int) -> None:
                 # the draft counts travel with every id: the reader may stop at a stop id
                 self._note_state(job, stats)
-                send(Ids(job, [int(token)], stats.prompt_evaluated, _draft(stats)))
+                send(Ids(job, [int(token)], stats.prompt_evaluated, _draft(stats), stats.mask_ms))
 
             generation.drive(sent)
         except BackendError as exc:
@@ -172,7 +172,7 @@ class EngineHost:
         finally:
             self.current_job = None
         self._note_state(job, stats)
-        send(Done(job, stats.prompt_evaluated, _draft(stats), stats.finish_reason))
+        send(Done(job, stats.prompt_evaluated, _draft(stats), stats.finish_reason, stats.mask_ms))
 
 
     def _note_state(self, job: int, stats: GenerationStats) -> None:

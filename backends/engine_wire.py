@@ -88,6 +88,8 @@ class Ids:
     evaluated: int
     #: (drafted, accepted) so far when the engine speculates, else None
     draft: tuple[int, int] | None = None
+    #: the constraint's mask time so far (GenerationStats.mask_ms); 0 without one
+    mask_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Done:
     draft: tuple[int, int] | None = None
     #: the engine's GenerationStats.finish_reason ("" if it gave none)
     finish: str = ""
+    mask_ms: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,12 @@ that ask it emit ids faster than plain steps do (timed per reply:
 :class:`backends.speculative.SpeedCheck`), and both kinds of draft are
 verified by the same batch.
 
-Not handled: multiple sequences, grammars.
+A constrained reply (``SamplingParams.constraint``: JSON, a JSON Schema, a
+regex, a grammar) is held to it at sampling time by :mod:`backends.constraint`:
+the sampler masks each position's logits first, and a draft is cut at its
+first id the constraint refuses before the batch verifies it.
+
+Not handled: multiple sequences.
 """
 from __future__ import annotations
 
@@ -143,6 +148,8 @@ class LlamaCppBackend:
         self._prefill_chunk = PREFILL_CHUNK
         #: the draft model's own llama.cpp context (``LoadOptions.draft_model``); None without one
         self._draft_engine = None
+        #: the vocabulary as the grammar engine sees it (backends.constraint), made on the first constrained reply
+        self._grammar_vocab = None
         #: the KV state kept on disk between runs (``LoadOptions.state_dir``, backends.state_keeper); None: off
         self._state: StateKeeper | None = None
 
@@ -376,7 +383,8 @@ class LlamaCppBackend:
             stats.prompt_evaluated = engine.evaluated
             if not prefilled:
                 return
-            sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt)
+            constraint = self._constrained(sampling, stops)
+            sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt, constraint)
             policy = AutoPolicy(self.speculative, config=self.drafter_config)
             self._publish_counts(stats, policy)
             try:
@@ -395,6 +403,23 @@ class LlamaCppBackend:
 
         return Generation(self._worker.stream(job_then_keep), stats, stop_ids=stops,
                           max_tokens=sampling.max_tokens)
+
+    def _constrained(self, sampling: SamplingParams, stops: frozenset[int]):
+        """The reply's :class:`backends.constraint.ConstrainedReply` (None: free text), compiled against this
+        model's vocabulary as tokchat's tokenizer reads it (built on the first constrained reply, then kept)."""
+        if sampling.constraint is None:
+            return None
+        from backends.constraint import ConstraintError, VocabularyCache
+
+        if self._grammar_vocab is None:
+            from tokenizer import load_tokenizer
+
+            path = self._model_path
+            self._grammar_vocab = VocabularyCache(lambda: load_tokenizer(path), self._engine.n_vocab)
+        try:
+            return self._grammar_vocab.get(stops).start(sampling.constraint)
+        except ConstraintError as exc:
+            raise BackendError(str(exc)) from exc
 
     def _decode_loop(self, prompt: list[int], max_tokens: int, stops: frozenset[int], sampler: LlamaCppSampler,
                      policy: AutoPolicy, stats: GenerationStats, emit: Callable[[int], None],
@@ -415,6 +440,7 @@ class LlamaCppBackend:
         clock = self.clock
         emitted = 1
         token = sampler.sample(engine.ctx)
+        self._publish_mask(stats, sampler)
         emit(token)
         while not (token in stops or emitted >= max_tokens or cancelled() or len(engine.tokens) >= n_ctx):
             started = clock()
@@ -426,9 +452,15 @@ class LlamaCppBackend:
                 room = min(n_ctx - base - 1, max_tokens - emitted - 1)
                 # once auto gave up on chance matches, only a long match (a copy) still drafts
                 draft = drafter.draft(min(room, policy.limit), room, long_only=not policy.active)
+                if draft and sampler.constraint is not None:
+                    # drafted ids the constraint refuses are cut before the batch verifies them
+                    draft = sampler.constraint.cut_draft(draft)
+                    if len(draft) < self.drafter_config.min_draft:
+                        draft = []
             if not draft:
                 engine.decode((token,))
                 token = sampler.sample(engine.ctx)
+                self._publish_mask(stats, sampler)
                 emitted += 1
                 emit(token)
                 if sources is not None:
@@ -438,6 +470,7 @@ class LlamaCppBackend:
             accepted = 0
             for i in range(len(draft) + 1):
                 token = sampler.sample(engine.ctx, i)
+                self._publish_mask(stats, sampler)
                 emitted += 1
                 agreed = i < len(draft) and token == draft[i]
                 accepted += agreed
@@ -475,6 +508,12 @@ class LlamaCppBackend:
         """
         if self.speculative != "off":
             stats.draft = DraftCounts(policy.drafted + drafting, policy.accepted + accepted)
+
+    @staticmethod
+    def _publish_mask(stats: GenerationStats, sampler: LlamaCppSampler) -> None:
+        """Make ``stats.mask_ms`` current before an id is emitted (a reader stops at the stop id)."""
+        if sampler.constraint is not None:
+            stats.mask_ms = sampler.constraint.timer.seconds * 1000.0
 
     def _check_model_file(self) -> None:
         """Refuse to run on a model file that was truncated or rewritten in place.

@@ -27,8 +27,9 @@ A file::
     ids                                     n_ids little-endian int32
     payload                                 llama.cpp's state of those ids (sequence 0)
 
-The key (:class:`StateKey`) is the model file's identity (size, mtime and a hash of
-its first MiB and of 16 samples through the rest: no full read), the engine
+The key (:class:`StateKey`) is the model file's identity (its size and a hash of
+its first MiB and of 64 samples through the rest: no full read; not its mtime, see
+:func:`model_identity`), the engine
 build (``build.json`` beside libllama) and the context parameters that change
 the state's layout or its numbers (KV types, flash attention, offloaded layers,
 weight repacking).  The context size is no part of it: a state of N ids loads
@@ -63,10 +64,10 @@ _PREFIX = struct.Struct("<II32s")
 SUFFIX = ".kv"
 #: a temporary file older than this was left by a process that died mid-write
 _STALE_TMP_S = 3600.0
-#: the model file's bytes hashed for its identity: its first MiB (the header) and 16 samples of 64 KiB
+#: the model file's bytes hashed for its identity: its first MiB (the header) and 64 samples of 16 KiB
 _HEAD_BYTES = 1 << 20
-_SAMPLES = 16
-_SAMPLE_BYTES = 64 << 10
+_SAMPLES = 64
+_SAMPLE_BYTES = 16 << 10
 
 
 class StateRefused(Exception):
@@ -81,15 +82,16 @@ def default_root() -> Path:
 
 
 def model_identity(path: Path) -> str:
-    """The model file's identity: size, mtime and a hash of its header and of samples of its tensors.
+    """The model file's identity: its size and a hash of its header and of samples spread through its tensors.
 
-    Reads about 2 MiB whatever the file's size: a file rewritten in place (another quantization under the
-    same name) differs in its size, its mtime or its bytes."""
-    stat = os.stat(path)
-    digest = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    Reads about 2 MiB whatever the file's size.  Not its mtime: a package reinstalled, a file copied or
+    downloaded again, or touched, changes the mtime and not a byte, and a state that would still be exact
+    would be thrown away; a file rewritten with other weights differs in the sampled bytes."""
+    size = os.stat(path).st_size
+    digest = hashlib.sha256(f"{size}".encode())
     with open(path, "rb") as fh:
         digest.update(fh.read(_HEAD_BYTES))
-        rest = stat.st_size - _HEAD_BYTES
+        rest = size - _HEAD_BYTES
         if rest > 0:
             for i in range(_SAMPLES):
                 fh.seek(_HEAD_BYTES + rest * i // _SAMPLES)

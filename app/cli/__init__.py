@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("tools", "list the configured MCP servers' tools and their token cost"),
     "pull": ("pull", "download a model from the Hugging Face Hub (hf:ORG/REPO[:QUANT] or a preset name)"),
     "rm": ("rm", "delete a downloaded model from the Hugging Face cache"),
+    "cache": ("cache", "list or clear the engine's KV states kept on disk for instant resume"),
     "fit": ("fit", "will a model, its context and KV cache fit this machine's RAM and VRAM? (before loading)"),
 }
 

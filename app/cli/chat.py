@@ -88,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run every tool call without asking (headless runs; see tools.auto_approve)")
     add("--no-history", dest="history", action="store_false", default=None,
         help="do not record this chat in the history database")
+    add("--no-state", dest="state", action="store_false", default=None,
+        help="neither load nor save the engine's KV state on disk (see [state] and `tokchat cache`)")
     add("--theme", help="Textual theme for the TUI")
     add("--offline", action="store_true", default=None,
         help="never contact the Hugging Face Hub: hf: models come from the cache (same as HF_HUB_OFFLINE=1)")

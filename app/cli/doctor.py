@@ -152,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
     model = args.model if args.model is not None else configured.model
     caveats = model_caveats(model) + draft_model_lines(model, configured.draft_model, configured.ctx,
                                                        configured.speculative)
-    engine = engine_lines()
+    from app.cli.cache import state_line
+
+    engine = engine_lines() + [state_line(configured)]
     if args.json:
         print(json.dumps({**report.to_dict(), "tokenizer": accel_status(), "model_notes": caveats,
                           "engine": engine}, indent=2))

@@ -64,6 +64,10 @@ class TurnStats:
     #: the kept ones are counted in completion_tokens like every other id (0 and 0: no speculation)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    #: the constraint the reply was held to (backends.constraint.describe: "json schema", "regex /.../"; "" =
+    #: none) and the milliseconds its masks took in the engine (0 where the engine masks nothing: a server)
+    constraint: str = ""
+    mask_ms: float = 0.0
     #: a continued reply (/continue): each part's own stats as a dict, first to last; the counts above
     #: are their sums (prompt_tokens, new_prompt_tokens and ttft_s are the first part's: see merge_stats;
     #: the rest the last part's)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 from app.conversation.conversation import Conversation
 from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
 from backends.base import BackendError, GenerationStats, SamplingParams, common_prefix_length
+from backends.constraint import describe
 from templates.builder import BuiltPrompt
 from tokenizer.think import ThinkFilter
 
@@ -277,8 +278,9 @@ class Turn:
                         if getattr(info, "offloaded_layers", 0) and getattr(info, "total_layers", 0) else ""),
             vram_mib=getattr(info, "vram_mib", 0),
             verified=self.verified, model=info.model_name, template=c.template.name,
-            sampling=asdict(c.sampling), reasoning_cut=self.reasoning_cut,
-            drafted_tokens=drafted, accepted_tokens=accepted,
+            sampling=asdict(replace(c.sampling, constraint=None)), reasoning_cut=self.reasoning_cut,
+            drafted_tokens=drafted, accepted_tokens=accepted, constraint=describe(c.sampling.constraint),
+            mask_ms=self.stats.mask_ms if self.stats is not None else 0.0,
         )
 
     def _evaluated_unanswered(self, prompt: BuiltPrompt | None) -> int:

@@ -119,6 +119,9 @@ SCHEMA: dict[str, Setting] = {
     "sampling.max_tokens": _tokens(1),
     "sampling.seed": Setting("integer", minimum=-1, maximum=MAX_SEED),
     "history.enabled": _B,
+    "state.enabled": _B,
+    "state.max_gib": Setting("number", minimum=0, maximum=1 << 20),  # GiB; 0 keeps nothing
+    "state.dir": _S,
     "attach.max_bytes": Setting("integer", minimum=1, maximum=1 << 30),  # 1 GiB
     "attach.max_tokens": _tokens(1),
     "attach.max_files": _count(1),

@@ -37,7 +37,7 @@ FLAG_SETTINGS: dict[str, str] = {
     "stats": "chat.stats", "temperature": "sampling.temperature", "top_p": "sampling.top_p",
     "top_k": "sampling.top_k", "min_p": "sampling.min_p", "repeat_penalty": "sampling.repeat_penalty",
     "repeat_last_n": "sampling.repeat_last_n", "max_tokens": "sampling.max_tokens", "seed": "sampling.seed", "history": "history.enabled",
-    "tools": "tools.enabled",
+    "tools": "tools.enabled", "state": "state.enabled",
     "theme": "ui.theme",
     "server": "server.url", "server_kind": "server.kind", "api_key": "server.api_key",
     "trust_server_vocab": "server.trust_vocab", "reasoning_budget": "chat.reasoning_budget",
@@ -54,6 +54,8 @@ def flag_values(args: argparse.Namespace | None) -> dict[str, tuple[str, Any]]:
         if dest == "think":
             value = "on" if value else "off"
         flag = "--no-history" if dest == "history" else "--" + dest.replace("_", "-")
+        if dest == "state":
+            flag = "--no-state"
         if dest == "think" and value == "off":
             flag = "--no-think"
         out[key] = (flag, check_value(flag, key, value))
@@ -162,6 +164,8 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         switch_model=bool(getattr(args, "switch_model", False)),
         stats=v["chat.stats"],
         history=v["history.enabled"],
+        state_dir=state_root(v) if v["state.enabled"] else None,
+        state_max_gib=v["state.max_gib"],
         theme=v["ui.theme"],
         model_dirs=[Path(d).expanduser() for d in v["model.dirs"]],
         keys={k.split(".", 1)[1]: v[k] for k in SCHEMA if k.startswith("keys.")},
@@ -173,6 +177,15 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         tools=_tool_settings(settings, args),
         **server,
     )
+
+
+def state_root(v: dict[str, Any]) -> Path:
+    """Where the engine keeps its KV states (``[state] dir``, else the user's cache dir), on or off."""
+    if v["state.dir"]:
+        return Path(v["state.dir"]).expanduser()
+    from backends.state_cache import default_root
+
+    return default_root()
 
 
 def _tool_settings(settings: Settings, args: argparse.Namespace | None) -> Any:

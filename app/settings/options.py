@@ -47,6 +47,10 @@ class ChatOptions:
     show_thinking: bool = False
     stats: bool = False
     history: bool = True
+    #: where the local engine keeps its KV state between runs (``[state]``, backends.state_cache); None: nowhere
+    state_dir: Path | None = None
+    #: the most those states may take on disk, in GiB
+    state_max_gib: float = 4.0
     theme: str = "textual-dark"
     #: more directories ``tokchat models`` lists models from
     model_dirs: list[Path] = field(default_factory=list)

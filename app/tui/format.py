@@ -41,6 +41,8 @@ def stats_line(stats: TurnStats) -> str:
             parts.append(f"{again} evaluated again to continue")
     if stats.reasoning_cut:
         parts.append("reasoning budget reached")
+    if stats.state:
+        parts.append(f"state: {stats.state}")
     if stats.cache_cut_tokens:
         parts.append(f"cache cut {stats.cache_cut_tokens} (earlier turns rewritten)")
     if stats.tool_call_tokens or stats.model_steps > 1:
