@@ -216,11 +216,8 @@ def candidates_for(f: MachineFacts) -> tuple[list[Candidate], list[str]]:
     any_gpu = f"a GPU found ({', '.join(f.drm_vendors)})" if f.drm_vendors else None
     out.append(_llama_gpu("vulkan", f, any_gpu, "no GPU was found in /sys/class/drm"))
     if r.llama_cpp_version:
-        from backends.cpu import available_cpus, llama_default_threads
-
-        out.append(Candidate("cpu", "llama.cpp", "CPU", True,
-                             f"llama.cpp runs on any CPU (the fallback): {llama_default_threads()} generation "
-                             f"thread(s) of {available_cpus()} CPUs, llama.cpp's default (its physical cores)"))
+        # no thread count here: --threads changes it, and the engine's own note says the one it runs with
+        out.append(Candidate("cpu", "llama.cpp", "CPU", True, "llama.cpp runs on any CPU (the fallback)"))
     else:
         out.append(Candidate("cpu", "llama.cpp", "CPU", False, "llama-cpp-python is not installed",
                              "pip install llama-cpp-python"))

@@ -74,8 +74,25 @@ def _get(backend: RemoteBackend, path: str) -> Any:
 def check_health(backend: RemoteBackend) -> None:
     """Raise one line unless the server answers ``/health`` (200, or 404 for servers without it)."""
     resp = _get(backend, "/health")
+    _refuse_redirect(resp, backend.settings.url, "/health")
     if resp.status_code >= 400 and resp.status_code != 404:
         raise _http_error(resp, backend.settings.url)
+
+
+def _refuse_redirect(resp: Any, url: str, path: str) -> None:
+    """One line naming a redirect (a proxy's login page, http -> https, a moved server): tokchat does not
+    follow one, since a redirected POST loses its body and a bearer token must not go to another host."""
+    if not 300 <= resp.status_code < 400:
+        return
+    from urllib.parse import urljoin
+
+    location = str(resp.headers.get("location", "")).strip()[:300]
+    target = urljoin(url.rstrip("/") + path, location) if location else ""
+    where = f"to {target}" if target else "without saying where (no Location header)"
+    fix = (f"pass --server {target[: -len(path)]}" if target.endswith(path) and target[: -len(path)] != url.rstrip("/")
+           else "pass the server's own address as --server")
+    raise BackendError(f"the server at {url} redirects {path} {where} (HTTP {resp.status_code}): tokchat does not "
+                       f"follow redirects; {fix}")
 
 
 KIND_NAMES = {"llamacpp": "llama-server", "vllm": "vLLM", "sglang": "SGLang"}
@@ -85,6 +102,7 @@ def detect_kind(backend: RemoteBackend) -> str:
     """The server kind, from the endpoints only one of them has (see the module docstring)."""
     for path, kind in (("/props", "llamacpp"), ("/get_model_info", "sglang"), ("/version", "vllm")):
         resp = _get(backend, path)
+        _refuse_redirect(resp, backend.settings.url, path)
         if resp.status_code in (401, 403, 429) or resp.status_code >= 500:
             raise _http_error(resp, backend.settings.url)  # refused, busy or failing: say so, not "no such server"
         if resp.status_code != 200:

@@ -158,7 +158,7 @@ def held_response(resp: Any, body: bytes) -> Any:
     """An ``httpx.Response`` holding ``body`` (already read and decoded) and the headers tokchat reads."""
     import httpx
 
-    kept = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after")}
+    kept = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after", "location")}
     return httpx.Response(resp.status_code, headers=kept, content=body, request=resp.request)
 
 

@@ -155,7 +155,7 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None,
             if progress:
                 progress(f"loading {path.name} ({_size(path)}) with backend "
                     f"{options.backend}{' ' + options.device if options.device else ''}")
-            backend = _engine(pending, header, path, options.ctx)
+            backend = _engine(pending, header, path, options)
     except BaseException:  # a tokenizer that fails, Ctrl-C while the engine loads: the engine goes too
         if pending is not None:
             pending.discard()
@@ -177,7 +177,7 @@ def _prepare(tokenizer: Any, template: Any) -> None:
         return  # it fails again at the first render, where the chat reports it in its one line
 
 
-def _engine(pending: Any, header: Any, path: Path, n_ctx: int | None) -> Any:
+def _engine(pending: Any, header: Any, path: Path, options: ChatOptions) -> Any:
     """The started engine, or its load error with what the header says went wrong when it can tell."""
     from backends import BackendError
 
@@ -186,10 +186,31 @@ def _engine(pending: Any, header: Any, path: Path, n_ctx: int | None) -> Any:
     except BackendError as exc:
         from backends.model_meta import explain_load_failure
 
-        better = explain_load_failure(header, path, n_ctx)
+        draft = _draft_problem(path, options)
+        if draft is not None:  # the engine's line names the main model: "could not load smollm2.gguf: ..."
+            raise BackendError(draft) from exc
+        better = explain_load_failure(header, path, options.ctx)
         if better is None:
             raise
         raise BackendError(f"{better} (the engine said: {exc})") from exc
+
+
+def _draft_problem(path: Path, options: ChatOptions) -> str | None:
+    """Why ``--draft-model`` cannot draft for the model at ``path`` (one line naming the draft model first),
+    or None when it can, or when no draft model was to be loaded."""
+    draft = options.draft_model
+    if draft is None or options.speculative not in ("draft", "auto"):
+        return None
+    from backends import BackendError
+    from backends.draft_model import vocab_difference
+    from tokenizer.errors import TokenizerError
+
+    fix = "give a draft model with the same vocabulary, or --speculative off"
+    try:
+        differs = vocab_difference(path, Path(draft))
+    except (BackendError, OSError, ValueError, TokenizerError) as exc:
+        return f"the draft model {Path(draft).name} cannot be read ({exc}): {fix}"
+    return None if differs is None else f"the draft model {differs}: {fix}"
 
 
 def _connect(options: ChatOptions, say: Progress) -> tuple[Any, Any, str | None, Any, Path]:

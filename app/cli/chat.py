@@ -102,6 +102,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip the check that the server's token ids are ours")
 
 
+#: flags of the local engine only: (dest, the flag as typed)
+LOCAL_ENGINE_FLAGS = (("threads", "--threads"), ("gpu_layers", "--gpu-layers"), ("speculative", "--speculative"),
+                      ("draft_model", "--draft-model"))
+
+
+def local_engine_flags(args: argparse.Namespace) -> str:
+    """The local-engine flags given on this command line, in words ("--gpu-layers and --draft-model"), or ""."""
+    given = [flag for dest, flag in LOCAL_ENGINE_FLAGS if getattr(args, dest, None) is not None]
+    return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+
+
 def read_stdin_prompt(stream: BinaryIO) -> str:
     """The prompt piped on stdin, checked as ``--attach`` checks a file (binary is refused)."""
     from app.conversation.attachments import SNIFF_BYTES, is_binary
@@ -157,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
         headless = args.prompt is not None or args.continue_reply
         # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
         options = chat_options(args, preset=headless)
+        ignored = local_engine_flags(args) if options.server is not None else ""
+        if ignored:
+            print(f"tokchat: {ignored} set the local engine and do nothing with --server: the server's own "
+                  "settings decide (llama-server -t, -ngl, --spec-type, --model-draft)", file=sys.stderr)
         if headless:
             early.start_load(options)  # the load request goes out before the chat's own modules are imported
             from app.chat.headless import run_headless

@@ -77,13 +77,13 @@ def draft_model_lines(model: str | None, draft: Path | None, n_ctx: int | None, 
 
 def engine_lines() -> list[str]:
     """How the local engine runs here: its process, threads, the CPU's AMX and what tokchat chose for it."""
-    from backends.cpu import cpu_model, has_amx, llama_default_threads
+    from backends.cpu import available_cpus, cpu_model, has_amx, llama_default_threads
     from backends.engine_patches import patch_files
     from backends.engine_client import amx_fault_record
 
     lines = [f"engine: local engines run in their own process (a crash costs the reply, not the chat); "
-             f"llama.cpp with {llama_default_threads()} thread(s) (its default: the physical cores; --threads "
-             "changes it), flash attention auto (llama.cpp's default)",
+             f"llama.cpp with {llama_default_threads()} generation thread(s) of {available_cpus()} CPUs (its "
+             "default: the physical cores; --threads changes it), flash attention auto (llama.cpp's default)",
              f"cpu: {cpu_model()}, AMX {'yes' if has_amx() else 'no'}"]
     patches = ", ".join(p.name for p in patch_files())
     if has_amx():

@@ -263,13 +263,33 @@ class ToolLoop:
         generating = sum((s.completion_tokens - 1) / s.tokens_per_s for s in timed)
         speed = sum(s.completion_tokens - 1 for s in timed) / generating if generating > 0 else last.tokens_per_s
         return replace(
-            last, new_prompt_tokens=sum(s.new_prompt_tokens for s in steps), completion_tokens=completion,
+            last, new_prompt_tokens=turn_new_prompt_tokens(steps), prompt_tokens_per_s=turn_prompt_speed(steps),
+            completion_tokens=completion,
             reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
             forced_close_tokens=sum(getattr(s, "forced_close_tokens", 0) for s in steps),
             reasoning_cut=any(getattr(s, "reasoning_cut", False) for s in steps),
             drafted_tokens=sum(s.drafted_tokens for s in steps), accepted_tokens=sum(s.accepted_tokens for s in steps),
             tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps),
             verified=all(s.verified for s in steps))
+
+
+def turn_new_prompt_tokens(steps: Sequence[TurnStats]) -> int:
+    """Of the last step's prompt (the turn's ``prompt_tokens``), the ids that were not in the cache when the turn
+    began: what "new" means for a one-step turn, so never more than the total.  The ids the steps evaluated add
+    up to more whenever a step could not reuse the one before it (a server that lost its cache, turns dropped
+    to fit the context: issue 44 showed "460 new / 266 total"); that work is in the speed, not in this count."""
+    first, last = steps[0], steps[-1]
+    cached_before = first.prompt_tokens - first.new_prompt_tokens  # the first step's prompt the cache held
+    cached_last = last.prompt_tokens - last.new_prompt_tokens
+    return last.prompt_tokens - max(0, min(cached_last, cached_before))
+
+
+def turn_prompt_speed(steps: Sequence[TurnStats]) -> float:
+    """Prompt ids evaluated per second over the whole turn: every step's evaluated ids over every step's
+    evaluation time (each step's ids over its own speed), not the last step's speed beside the turn's count."""
+    timed = [s for s in steps if s.new_prompt_tokens > 0 and s.prompt_tokens_per_s > 0]
+    seconds = sum(s.new_prompt_tokens / s.prompt_tokens_per_s for s in timed)
+    return sum(s.new_prompt_tokens for s in timed) / seconds if seconds > 0 else 0.0
 
 
 def _key(call: ToolCall) -> tuple[str, str]:

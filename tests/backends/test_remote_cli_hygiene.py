@@ -112,3 +112,28 @@ def test_a_server_error_mid_reply_is_one_inert_line_of_its_own_on_a_shared_termi
     # a pipe keeps the reply's bytes: no newline is added for a terminal that is not there
     assert piped.returncode == 2 and piped.stdout == "Hello\n", (piped.stdout, piped.stderr)
     assert "boom \x1b]0;PWNED\x07\x1b[2J" in piped.stderr
+
+
+def test_a_redirect_is_named_not_taken_for_an_unknown_server(upstream, tmp_path):
+    """C11: a 302 on every path was reported as "none of llama-server, vLLM or SGLang"."""
+    moved = "https://gpu.example:8443"
+
+    def redirect(path: str):
+        return lambda _body, _upstream: Reply(302, headers={"Location": moved + path})
+    paths = ("/health", "/props", "/get_model_info", "/version", "/v1/models")
+    with ScriptedProxy(upstream.url, {p: redirect(p) for p in paths}) as proxy:
+        chat = tokchat(child_env(tmp_path), "--server", proxy.url, "--prompt", "hi", "--max-tokens", "4")
+    assert chat.returncode == 2, chat.stderr
+    line = one_line(chat.stderr)
+    assert "none of llama-server" not in line, line
+    assert f"redirects /health to {moved}/health (HTTP 302)" in line and f"pass --server {moved}" in line, line
+
+
+def test_local_engine_flags_given_with_a_server_are_named_as_unused(upstream, smollm_path, tmp_path):
+    """C11: ``--draft-model``, ``--speculative`` and ``--gpu-layers`` were silently ignored with ``--server``."""
+    run = tokchat(child_env(tmp_path), "--server", upstream.url, "--gpu-layers", "5", "--speculative", "draft",
+                  "--draft-model", str(smollm_path), "--prompt", "hi", "--max-tokens", "2", "--no-history")
+    assert run.returncode == 0, run.stderr
+    said = [line for line in run.stderr.splitlines() if "do nothing with --server" in line]
+    assert len(said) == 1, run.stderr
+    assert "--gpu-layers, --speculative and --draft-model set the local engine" in said[0], said
