@@ -57,11 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--gpu-layers", "-ngl", type=int, dest="gpu_layers",
         help="layers on the GPU (default: all that fit in free VRAM, the rest on the CPU; 0 = CPU only; "
         "llama.cpp -ngl, Ollama num_gpu)")
-    add("--speculative", choices=("auto", "off", "ngram", "draft"),
     add("--kv-type", dest="kv_type", metavar="TYPE",
         help="the KV cache's element types: f16 (default), q8_0 (0.53x the memory), q4_0 (0.28x), or K/V such as "
         "q8_0/f16; a quantized V turns flash attention on (llama-server --cache-type-k/-v); `tokchat fit` shows "
         "the context each one holds")
+    add("--speculative", choices=("auto", "off", "ngram", "draft"),
         help="speculative decoding in the local engine: auto (draft from the conversation's own ids, off in a "
         "reply where drafts keep failing), off, ngram (always), draft (a --draft-model); greedy replies are "
         "unchanged id for id (llama-server --spec-type)")
