@@ -63,12 +63,14 @@ def _engine_key() -> str:
     return build_key(accelerator)
 
 
-def ensure_engine() -> None:
+def ensure_engine(engine_only: bool = False) -> None:
     """Install llama.cpp built for *this* machine (CPU features, GPU, patches); rebuild when any changed.
 
-    One CMake build makes the engine's libraries, llama-server and the RPC
-    worker (``backends/engine_build.py``), for the GPU it finds (CUDA, ROCm,
-    Metal) or the CPU.  It is compiled with ``-march=native``: a build from
+    One CMake tree makes the engine's libraries (``run`` stops there: the chat
+    needs nothing else) and, for ``test``, llama-server and the RPC worker
+    from the same objects (``backends/engine_build.py``), for the GPU it finds
+    (CUDA, ROCm, Metal) or the CPU; the compile shows its steps and the time
+    left.  It is compiled with ``-march=native``: a build from
     one CPU dies of SIGILL on another, so builds are kept in folders keyed by
     CPU features, accelerator and patches, and the venv remembers which key it
     holds: a venv copied to another machine installs (or builds) that machine's.
@@ -79,7 +81,8 @@ def ensure_engine() -> None:
         return
     _pip("install", "--quiet", "cmake>=3.28", "ninja>=1.11")  # the build's tools, as pip wheels
     start = time.monotonic()
-    if subprocess.run([str(PY), "-m", "backends.engine_build", "--install"], cwd=ROOT).returncode != 0:
+    only = ["--engine-only"] if engine_only else []  # `run`: the chat's libraries; the tests' servers come later
+    if subprocess.run([str(PY), "-m", "backends.engine_build", "--install", *only], cwd=ROOT).returncode != 0:
         raise SystemExit("dev.py: llama.cpp could not be built (the build's own words are above); "
                          "fix what they name and run the same command again")
     _say(f"engine ready in {_took(start)}")
@@ -99,10 +102,10 @@ def ensure_env(extras: str) -> None:
     # the test extras hold everything the plain install does: `run` after `test` installs nothing
     supersets = [marker] + ([VENV / ".tokchat-installed-test"] if not extras else [])
     if any(m.exists() and m.read_text() == _stamp(m.name.rpartition("-")[2].replace("base", "")) for m in supersets):
-        ensure_engine()  # a venv copied to another machine
+        ensure_engine(engine_only=not extras)  # a venv copied to another machine
         return
     _pip("install", "--quiet", "--upgrade", "pip")
-    ensure_engine()
+    ensure_engine(engine_only=not extras)
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     what = f"tokchat with its {extras} extras" if extras else "tokchat"
     more = " and the test extras (OpenVINO, MLX, HF tokenizers: the venv ends up near 900 MB)" if extras == "test" else ""

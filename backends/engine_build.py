@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,8 +46,10 @@ from backends.cpu import build_fingerprint
 from backends.engine_patches import apply_all, patches_digest
 from backends.pins import ENGINE, ENGINE_VERSION
 
-#: what tokchat runs: the engine's libraries come with ``llama``; the other two are executables
-TARGETS = ("llama", "llama-server", "ggml-rpc-server")
+#: what the chat loads: the engine's libraries (libllama and the ggml libraries and backends it links)
+ENGINE_TARGETS = ("llama",)
+#: what tokchat runs: the engine's libraries and the two executables the remote backends' tests start
+TARGETS = (*ENGINE_TARGETS, "llama-server", "ggml-rpc-server")
 #: the options of the one build (RPATH $ORIGIN: every file of the folder finds its neighbours)
 BASE_CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -106,7 +109,9 @@ def ready(accelerator: Accelerator) -> Path | None:
 
 def download_sdist(dest: Path, python: str = sys.executable) -> Path:
     """The pinned sdist from the package registry (pip), into ``dest``."""
-    subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "download", "--quiet", "--no-deps",
+    # pip's own progress bar (bytes) on a terminal; quiet in a log, where it would be one line per update
+    shown = ["--progress-bar", "on"] if sys.stderr.isatty() else ["--quiet"]
+    subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "download", *shown, "--no-deps",
                     "--no-binary", ENGINE, "-d", str(dest), f"{ENGINE}=={ENGINE_VERSION}"], check=True)
     (archive,) = dest.glob("*.tar.gz")
     return archive
@@ -145,18 +150,97 @@ def _run_logged(cmd: list[str], env: dict[str, str], log: Path) -> None:
                            f"the whole log is {log}")
 
 
+class BuildProgress:
+    """ninja's ``[N/M]`` lines as progress: steps done of the total, time so far and an estimate of the time left
+    that learns from the steps already done; one updating line on a terminal, a plain line every tenth (and at
+    least every minute) in a CI log."""
+
+    def __init__(self, what: str, out=None, now: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self.out = out if out is not None else sys.stderr
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self.now = now
+        self.started = now()
+        self.shown_at = -1e9
+        self.shown_tenth = -1
+        self.width = 0
+
+    def line(self, done: int, total: int) -> str:
+        elapsed = self.now() - self.started
+        text = f"{self.what}: {done}/{total} steps, {_duration(elapsed)}"
+        # the estimate once a twentieth of the steps (or 20) are done: the first steps configure, not compile
+        if 0 < done < total and (done >= 20 or done * 20 >= total):
+            text += f", about {_duration(elapsed / done * (total - done))} left"
+        return text
+
+    def step(self, done: int, total: int) -> None:
+        now = self.now()
+        if self.tty:
+            if now - self.shown_at < 0.5 and done < total:
+                return
+            text = self.line(done, total)
+            self.out.write("\r" + text.ljust(self.width))
+            self.width = len(text)
+        else:
+            tenth = done * 10 // max(total, 1)
+            if tenth == self.shown_tenth and now - self.shown_at < 60:
+                return
+            self.shown_tenth = tenth
+            self.out.write(self.line(done, total) + "\n")
+        self.shown_at = now
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.tty and self.width:
+            self.out.write("\n")
+            self.out.flush()
+
+
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def _run_with_progress(cmd: list[str], env: dict[str, str], log: Path, progress: BuildProgress) -> None:
+    """:func:`_run_logged` that also reads ninja's ``[N/M]`` lines into ``progress`` as they come."""
+    with log.open("a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                fh.write(line)
+                match = _NINJA_STEP.match(line)
+                if match:
+                    progress.step(int(match.group(1)), int(match.group(2)))
+        finally:
+            code = proc.wait()
+            progress.close()
+    if code != 0:
+        sys.stderr.write(log.read_text(errors="replace")[-6000:])
+        raise RuntimeError(f"llama.cpp build step failed ({code}): {' '.join(cmd[:4])} ...; "
+                           f"the whole log is {log}")
+
+
 def cmake_options(accelerator: Accelerator) -> list[str]:
     return [*BASE_CMAKE_OPTIONS, *accelerator.cmake_flags]
 
 
 def compile_tree(src: Path, build: Path, accelerator: Accelerator, *, targets: tuple[str, ...] = TARGETS,
-                 jobs: int | None = None, log: Path) -> None:
-    """Configure and build ``targets`` of llama.cpp at ``src`` (already patched) in ``build``."""
+                 jobs: int | None = None, log: Path, progress: BuildProgress | None = None) -> None:
+    """Configure (once: a kept tree is only built further) and build ``targets`` of llama.cpp at ``src``
+    (already patched) in ``build``."""
     cmake = _tool("cmake")
     env = dict(os.environ, PATH=f"{Path(_tool('ninja')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    _run_logged([cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", *cmake_options(accelerator)], env, log)
-    _run_logged([cmake, "--build", str(build), "-j", str(jobs or os.cpu_count() or 2), "--target", *targets],
-                env, log)
+    if not (build / "build.ninja").exists():
+        _run_logged([cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", *cmake_options(accelerator)], env, log)
+    _run_with_progress([cmake, "--build", str(build), "-j", str(jobs or os.cpu_count() or 2), "--target", *targets],
+                       env, log, progress or BuildProgress("compiling"))
 
 
 def collect(build: Path, folder: Path, targets: tuple[str, ...]) -> list[str]:
@@ -174,59 +258,98 @@ def collect(build: Path, folder: Path, targets: tuple[str, ...]) -> list[str]:
 
 
 def ensure_build(accelerator: Accelerator, *, say: Say = print, source: Path | None = None,
-                 jobs: int | None = None, extra_targets: tuple[str, ...] = ()) -> Path:
-    """This machine's llama.cpp build, compiled now unless a finished one with the same key exists.
+                 jobs: int | None = None, extra_targets: tuple[str, ...] = (),
+                 targets: tuple[str, ...] = TARGETS) -> Path:
+    """This machine's llama.cpp build with ``targets`` (and ``extra_targets``), compiled now where missing.
 
     ``source``: an sdist archive (or an unpacked sdist folder) to build from
     instead of downloading the pinned one (the GPU check brings its own).
-    ``extra_targets``: more executables into the same folder (``llama-quantize``).
+    ``targets``: ``ENGINE_TARGETS`` for the chat alone (``dev.py run``), :data:`TARGETS` with the executables
+    the tests use.  The CMake tree is kept beside the folder (``.tree-<key>``): a target asked for later is
+    built in it from the same objects, so the libraries are never compiled twice.
     """
     folder = build_dir(accelerator)
-    if read_build_info(folder) is not None and all((folder / t).exists() for t in extra_targets):
+    wanted = tuple(dict.fromkeys((*targets, *extra_targets)))
+    info = read_build_info(folder)
+    if info is not None and all(_has_target(folder, info, t) for t in wanted):
         return folder
-    targets = (*TARGETS, *extra_targets)
+    have = tuple(info.get("targets", TARGETS)) if info is not None else ()
+    wanted = tuple(dict.fromkeys((*have, *wanted)))  # what the folder had stays in it
     cache_root().mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=cache_root(), prefix=".build-") as tmp:
-        work = Path(tmp)
-        downloaded = source is None
-        if source is None:
-            say(f"downloading the {ENGINE} {ENGINE_VERSION} sources (76 MB, about a minute) ...")
-            source = download_sdist(work / "download")
-        root = unpack_sdist(source, work / "src") if source.is_file() else source
-        if downloaded:  # the bindings' pure wheel from these sources (seconds): installing it downloads nothing
-            bindings_wheel(root, bindings_dir())
-        llama = root / "vendor" / "llama.cpp"
+    tree = cache_root() / f".tree-{folder.name}"
+    work = tree
+    tree.mkdir(parents=True, exist_ok=True)
+    root = _sources(tree, source, say)
+    llama = root / "vendor" / "llama.cpp"
+    fresh = not (tree / "build" / "build.ninja").exists()
+    if fresh:
         for changed in apply_all(llama):
             say(f"patched {changed.relative_to(root)}")
-        how_long = {"cpu": "about 6 min on 2 idle cores, 2 on 16", "cuda": "3 to 6 min on 16 cores, for this GPU "
-                    "only", "hip": "several minutes, for this GPU only", "metal": "a few minutes"}[accelerator.kind]
-        say(f"compiling llama.cpp once for {accelerator.label}: the engine's libraries, llama-server and the RPC "
-            f"worker ({how_long}; once per machine) ...")
-        log = work / "build.log"
-        compile_tree(llama, work / "build", accelerator, targets=targets, jobs=jobs, log=log)
-        staging = folder.with_name(folder.name + ".partial")
-        if staging.exists():
-            shutil.rmtree(staging)
-        files = collect(work / "build", staging, targets)
-        shutil.copy2(log, staging / "build.log")
-        info = {
-            "key": folder.name,
-            "engine": f"{ENGINE} {ENGINE_VERSION}",
-            "accelerator": accelerator.tag,
-            "accelerator_label": accelerator.label,
-            "patches": patches_digest(),
-            "cmake_options": cmake_options(accelerator),
-            "files": files,
-            "seconds": round(time.monotonic() - started),
-            "libllama_sha256": _sha256(next(staging / f for f in files if f.startswith("libllama."))),
-        }
-        (staging / "build.json").write_text(json.dumps(info, indent=1) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        staging.replace(folder)
+    how_long = {"cpu": "6 to 14 min on 2 cores (6 on an idle AMD EPYC, 13.6 on a 2.5 GHz Intel Xeon), 2 on 16",
+                "cuda": "3 to 6 min on 16 cores, for this GPU only", "hip": "several minutes, for this GPU only",
+                "metal": "a few minutes"}[accelerator.kind]
+    parts = ("the engine's libraries" if set(wanted) <= set(ENGINE_TARGETS) else
+             "the engine's libraries, " + ", ".join(t for t in wanted if t not in ENGINE_TARGETS))
+    if fresh:
+        say(f"compiling llama.cpp once for {accelerator.label}: {parts} ({how_long}; once per machine) ...")
+    else:
+        say(f"building {parts} in the kept llama.cpp tree ({tree.name}): only what is not built yet ...")
+    log = work / "build.log"
+    compile_tree(llama, work / "build", accelerator, targets=wanted, jobs=jobs, log=log,
+                 progress=BuildProgress("compiling llama.cpp"))
+    staging = folder.with_name(folder.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    files = collect(work / "build", staging, wanted)
+    shutil.copy2(log, staging / "build.log")
+    info = {
+        "key": folder.name,
+        "engine": f"{ENGINE} {ENGINE_VERSION}",
+        "accelerator": accelerator.tag,
+        "accelerator_label": accelerator.label,
+        "patches": patches_digest(),
+        "cmake_options": cmake_options(accelerator),
+        "targets": list(wanted),
+        "files": files,
+        "seconds": round(time.monotonic() - started) + (info or {}).get("seconds", 0),
+        "libllama_sha256": _sha256(next(staging / f for f in files if f.startswith("libllama."))),
+    }
+    (staging / "build.json").write_text(json.dumps(info, indent=1) + "\n")
+    if folder.exists():
+        shutil.rmtree(folder)
+    staging.replace(folder)
     say(f"llama.cpp built in {took(started)}: {folder}")
     return folder
+
+
+def _has_target(folder: Path, info: dict, target: str) -> bool:
+    """A library target is in the folder when libllama is; an executable when its file is."""
+    if target in ENGINE_TARGETS:
+        return True  # read_build_info found a finished build: it has the libraries
+    return (folder / target).exists()
+
+
+def _sources(tree: Path, source: Path | None, say: Say) -> Path:
+    """The unpacked sdist in the kept tree (downloaded once; the bindings' wheel made from it)."""
+    unpacked = tree / "src"
+    roots = [p for p in unpacked.iterdir() if (p / "vendor" / "llama.cpp").is_dir()] if unpacked.is_dir() else []
+    if len(roots) == 1 and (tree / ".unpacked").exists():
+        return roots[0]
+    if unpacked.exists():
+        shutil.rmtree(unpacked)
+    if (tree / "build").exists():
+        shutil.rmtree(tree / "build")  # a tree without its sources is rebuilt whole
+    downloaded = source is None
+    if source is None:
+        say(f"downloading the {ENGINE} {ENGINE_VERSION} sources (76 MB, about a minute) ...")
+        source = download_sdist(tree / "download")
+    root = unpack_sdist(source, unpacked) if source.is_file() else source
+    if downloaded:  # the bindings' pure wheel from these sources (seconds): installing it downloads nothing
+        bindings_wheel(root, bindings_dir())
+        shutil.rmtree(tree / "download", ignore_errors=True)
+    (tree / ".unpacked").write_text("ok\n")
+    return root
 
 
 def bindings_wheel(source: Path | None, dest: Path, python: str = sys.executable) -> Path:
@@ -305,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra", action="append", default=[], help="another executable target to build")
     parser.add_argument("--jobs", type=int)
     parser.add_argument("--install", action="store_true", help="install the bindings and libraries here")
+    parser.add_argument("--engine-only", action="store_true",
+                        help="the engine's libraries alone (the chat); llama-server and the RPC worker come later "
+                        "from the same kept tree when the tests ask for them")
     args = parser.parse_args(argv)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -315,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     if accelerator.missing:
         say(f"note: {accelerator.missing}; building for the CPU meanwhile")
     try:
+        targets = ENGINE_TARGETS if args.engine_only else TARGETS
         folder = ensure_build(accelerator, source=args.source, jobs=args.jobs, extra_targets=tuple(args.extra),
-                              say=say)
+                              say=say, targets=targets)
     except RuntimeError as exc:
         if accelerator.kind == "cpu" or os.environ.get("TOKCHAT_ACCELERATOR"):
             print(f"error: {exc}", file=sys.stderr)  # the build log's tail is above it
@@ -326,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             "will say the GPU is unused")
         try:
             folder = ensure_build(Accelerator("cpu"), source=args.source, jobs=args.jobs,
-                                  extra_targets=tuple(args.extra), say=say)
+                                  extra_targets=tuple(args.extra), say=say, targets=targets)
         except RuntimeError as again:
             print(f"error: {again}", file=sys.stderr)
             return 1
