@@ -48,7 +48,7 @@ from backends.base import (
     SamplingParams, checked_prompt, resolve_seed,
 )
 from backends.handoff import ENDED, Failed, drain
-from backends.remote_protocol import Adapter, Request, ServerInfo, error_message
+from backends.remote_protocol import Adapter, Request, ServerCounts, ServerInfo, error_message
 from backends.timeouts import REMOTE_CONNECT_S, REMOTE_FIRST_TOKEN_S, REMOTE_IDLE_S
 
 
@@ -456,9 +456,26 @@ class RemoteBackend:
             elif ended:
                 raise BackendError(f"the server at {self.settings.url} closed the stream before the reply "
                                    "finished; the reply so far is kept")
+            if ended:
+                self._said_cut(parser.counts, len(received), sampling.max_tokens, stats)
         finally:
             stream.abort()
             self._account(prompt, received, expected, parser, stats)
+
+    def _said_cut(self, counts: ServerCounts, received: int, max_tokens: int, stats: GenerationStats) -> None:
+        """A reply the server ended itself, short of the end of text and of ``max_tokens``: an abort
+        (SGLang's and vLLM's ``abort``) fails the turn in one line; the server's own cap (llama-server's
+        ``stop_type "limit"`` from its ``-n``, or its context) is a "length" the turn reports as cut,
+        in ``stats.notice``'s words."""
+        ids = f"{received} id{'s' if received != 1 else ''}"
+        said = f" ({counts.said})" if counts.said else ""
+        if counts.finish == "error":
+            raise BackendError(f"the server at {self.settings.url} aborted the reply after {ids}{said}; the reply "
+                               "so far is kept as cut and can be continued")
+        if counts.finish == "length" and received < max_tokens:
+            stats.notice = (f"the server at {self.settings.url} ended the reply after {ids}, before the {max_tokens} "
+                            f"asked for{said}: a limit of its own (its -n / --n-predict, or its context); the "
+                            "reply so far is kept as cut and can be continued")
 
     def _check_patience(self, waited: float, received: bool) -> None:
         """One line when the server has moved nothing on for longer than the turn's deadline allows."""

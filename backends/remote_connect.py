@@ -245,11 +245,10 @@ def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: i
         backend.adapter = make_adapter(backend.adapter.kind, tokenizer)
         backend.vocab_size = tokenizer.vocab_size
         backend.describe()
-        if backend.adapter.kind == "llamacpp" and backend.server and (backend.server.slots or 1) > 1:
-            import random
-
-            # one slot per conversation keeps its prompt cache; another client's picks another
-            backend.adapter.slot = random.randrange(backend.server.slots)  # type: ignore[attr-defined]
+        # llama-server's slot is left to the server (id_slot -1): it takes the idle slot whose cache holds the
+        # most of the prompt (--slot-prompt-similarity), so a conversation finds its own slot again from any
+        # process, while the TUI's turns, a headless --resume or another client run.  A slot picked here at
+        # random (as before issue 44) sent a --resume to another slot 3 times in 4, evaluating its whole prompt.
         if settings.trust_server_vocab:
             backend.info.notes.append("vocabulary check skipped (--trust-server-vocab)")
         else:

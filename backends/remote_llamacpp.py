@@ -8,7 +8,8 @@ the partial and final results: ``tokens``, ``tokens_predicted``, ``tokens_evalua
 ``server-context.cpp`` (``process_token``).
 
 * ``prompt`` is a list of ids: the server adds no BOS to it and runs no tokenizer.
-* ``cache_prompt`` with ``id_slot`` pinned: the slot keeps the conversation's KV cache,
+* ``cache_prompt`` with ``id_slot`` -1 (:func:`backends.remote_connect.finish_connect`): the server
+  takes the idle slot whose cache holds the most of our prompt, where the conversation's KV cache is;
   ``timings.cache_n`` says how much of our prompt it reused, ``prompt_n`` how much it
   evaluated (``timings_per_token`` puts both in the first event already).
 * Every sampling field is sent, the ones tokchat does not expose set to "off": the

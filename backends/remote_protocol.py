@@ -30,6 +30,9 @@ class ServerCounts:
     evaluated_tokens: int | None = None  # of those, evaluated this turn
     completion_tokens: int | None = None  # ids it generated so far (the stop id included)
     finish: str | None = None  # stop | length | error, once it says the reply ended
+    #: how the server said it ended, in its own terms (``stop_type "limit"``, ``finish_reason "abort"``), for the
+    #: line that says a reply was cut
+    said: str = ""
     tokens_per_s: float | None = None  # its own measured generation speed
     #: its latest prompt progress: (evaluated, to evaluate, seconds since it began), its cache excluded
     progress: tuple[int, int, float] | None = None

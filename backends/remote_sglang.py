@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Collection, Sequence
 
 from backends.base import SamplingParams
+from backends.constraint import server_fields
 from backends.remote_protocol import Request, ServerCounts, ServerInfo
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "error"}
@@ -64,6 +65,8 @@ class SGLangStream:
         if isinstance(reason, dict) and reason.get("type"):
             self._done = True
             counts.finish = _FINISH.get(str(reason["type"]), "error")
+            message = str(reason.get("message") or "").strip().splitlines()
+            counts.said = f'finish_reason "{reason["type"]}"' + (f": {message[0][:200]}" if message else "")
         return new
 
     def finished(self) -> bool:
@@ -95,6 +98,7 @@ class SGLangAdapter:
             "ignore_eos": False,
             "skip_special_tokens": False,
             "sampling_seed": seed,
+            **server_fields(sampling.constraint, self.kind),  # json_schema / regex / ebnf (backends.constraint)
         }
         body = {"input_ids": [int(t) for t in prompt], "sampling_params": params, "stream": True}
         return Request("POST", "/generate", body)

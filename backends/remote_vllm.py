@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Collection, Sequence
 
 from backends.base import SamplingParams
+from backends.constraint import server_fields
 from backends.remote_protocol import Request, ServerCounts, ServerInfo
 
 
@@ -55,6 +56,7 @@ class VLLMStream:
             if reason:
                 self._done = True
                 self.counts.finish = "length" if reason == "length" else "stop" if reason == "stop" else "error"
+                self.counts.said = f'finish_reason "{str(reason)[:100]}"'
         return ids
 
     def finished(self) -> bool:
@@ -95,6 +97,7 @@ class VLLMAdapter:
             "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "return_token_ids": True,
+            **server_fields(sampling.constraint, self.kind),  # structured_outputs (backends.constraint)
         }
         if self.model:
             body["model"] = self.model

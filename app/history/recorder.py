@@ -56,7 +56,10 @@ class HistoryRecorder:
         self._notice: str | None = None
         self._notice_taken = False
         self._reply_id: int | None = None
+        #: a stored reply being continued (:meth:`on_continue`): its row is written again from its first event
+        self._continuing: Any = None
         self._partial = {"content": "", "reasoning": ""}
+        self._opening = ""  # the user's start of the reply open now (kept when it is closed as cut)
         self._interval = progress_interval_s
         self._clock = clock
         self._last_progress = 0.0
@@ -231,13 +234,25 @@ class HistoryRecorder:
             self._guard(lambda s: s.show_branch(self.conversation_id, tip_id))
 
     def on_reply_start(self) -> None:
-        """Insert the reply as in progress (``on_event`` does this on the first event)."""
-        if self._reply_id is None:
-            self._partial = {"content": "", "reasoning": ""}
-            self._last_progress = self._clock()
-            self._reply_id = self._guard(lambda s: s.begin_reply(self._conversation(s), parent_id=self.tip_id))
-            if self._reply_id is not None:
-                self.tip_id = self._reply_id
+        """Insert the reply as in progress (``on_event`` does this on the first event); a reply being
+        continued is opened again in its own row instead, with the text it had."""
+        if self._reply_id is not None:
+            return
+        self._last_progress = self._clock()
+        continued, self._continuing = self._continuing, None
+        if continued is not None:
+            self._partial = {"content": continued.content, "reasoning": continued.reasoning}
+            self._opening = continued.opening
+            store_id = continued.store_id
+            self._guard(lambda s: s.reopen_reply(store_id, continued.opening))
+            if self.enabled:
+                self._reply_id = store_id
+            return
+        self._partial = {"content": "", "reasoning": ""}
+        self._opening = ""
+        self._reply_id = self._guard(lambda s: s.begin_reply(self._conversation(s), parent_id=self.tip_id))
+        if self._reply_id is not None:
+            self.tip_id = self._reply_id
 
     def on_event(self, event: Any) -> None:
         """Follow a ``ReplyEvent``: reasoning/content text is kept and saved now and then."""
@@ -259,7 +274,12 @@ class HistoryRecorder:
         """Commit the finished reply (``finish_reason`` "stop", "length", "cancelled", "error")."""
         if not self.enabled:
             return
-        if self._reply_id is None:
+        continued, self._continuing = self._continuing, None
+        if self._reply_id is None and continued is not None and continued is message:
+            # a continuation that streamed no text (it ended at once): its row is updated, never added again
+            reply_id = continued.store_id
+            self._guard(lambda s: s.finish_message(reply_id, message))
+        elif self._reply_id is None:
             reply_id = self._add(message)
         else:
             reply_id, self._reply_id = self._reply_id, None
@@ -268,16 +288,16 @@ class HistoryRecorder:
             message.store_id = reply_id  # so that choosing this reply again can be stored
 
     def on_continue(self, message: Any) -> None:
-        """A stored reply is being continued (/continue): :meth:`on_reply` then updates its row
-        (text, ids, stats with both parts) instead of adding a message.  A reply not stored yet is
-        added by :meth:`on_reply` as usual."""
+        """A stored reply is being continued (/continue): its row is written again from the first event
+        (:meth:`on_reply_start`: saved as it grows, like a new reply, so a kill keeps what was printed,
+        marked interrupted), and :meth:`on_reply` then updates it (text, ids, stats with both parts) instead
+        of adding a message.  A continuation the session refuses leaves the row as it was.  A reply not
+        stored yet is added by :meth:`on_reply` as usual."""
         self.close_reply()
         store_id = getattr(message, "store_id", None)
         if not self.enabled or store_id is None or self.conversation_id is None:
             return
-        self._reply_id = store_id
-        self._partial = {"content": message.content, "reasoning": message.reasoning}
-        self._last_progress = self._clock()
+        self._continuing = message
         self.tip_id = store_id
 
     def fork(self, at_store_id: int | None, messages: list[Any]) -> int | None:
@@ -300,13 +320,16 @@ class HistoryRecorder:
         return new_id
 
     def close_reply(self, finish_reason: str = "interrupted") -> None:
-        """Commit a reply still open with the text received so far."""
+        """Commit a reply still open with the text received so far (a continuation not yet written
+        again is left as it was)."""
+        self._continuing = None
         if self._reply_id is None:
             return
         from types import SimpleNamespace
 
         partial = SimpleNamespace(role="assistant", content=self._partial["content"],
-                                  reasoning=self._partial["reasoning"], stats=None, finish_reason=None)
+                                  reasoning=self._partial["reasoning"], stats=None, finish_reason=None,
+                                  opening=self._opening)
         reply_id, self._reply_id = self._reply_id, None
         self._guard(lambda s: s.finish_message(reply_id, partial, finish_reason))
 

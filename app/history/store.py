@@ -321,12 +321,19 @@ class ChatStore:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _writer_gone(self, msg_id: int, writer_pid: int | None) -> bool:
+        """Whether the reply ``msg_id``, written by ``writer_pid``, has lost its writer (so it was cut):
+        a process that is gone, or this one when it is not writing that reply now."""
+        if writer_pid is None:
+            return False
+        if (self._key, msg_id) in _ACTIVE_REPLIES:
+            return False
+        return writer_pid == os.getpid() or not _pid_alive(writer_pid)
+
     def _recover_dead_replies(self) -> None:
         """Mark replies whose writing process is gone as interrupted."""
         rows = self._read("SELECT id, writer_pid FROM messages WHERE writer_pid IS NOT NULL")
-        dead = [r["id"] for r in rows
-                if (self._key, r["id"]) not in _ACTIVE_REPLIES
-                and (r["writer_pid"] == os.getpid() or not _pid_alive(r["writer_pid"]))]
+        dead = [r["id"] for r in rows if self._writer_gone(r["id"], r["writer_pid"])]
         if dead:
             with self._write() as conn:
                 conn.executemany("UPDATE messages SET finish_reason = 'interrupted', writer_pid = NULL "
@@ -476,7 +483,11 @@ class ChatStore:
         stored = {
             r["id"]: StoredMessage(
                 id=r["id"], role=r["role"], content=r["content"], reasoning=r["reasoning"],
-                finish_reason=r["finish_reason"], prompt_tokens=r["prompt_tokens"],
+                # a reply whose writer died reads as cut even before a writer opens the file to mark it
+                # (a read-only reader never does): NULL stays only for one being written now
+                finish_reason=r["finish_reason"] or ("interrupted" if self._writer_gone(r["id"], r["writer_pid"])
+                                                     else None),
+                prompt_tokens=r["prompt_tokens"],
                 completion_tokens=r["completion_tokens"], reasoning_tokens=r["reasoning_tokens"],
                 ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"],
                 stats=json.loads(r["stats_json"]) if r["stats_json"] else None,
@@ -537,6 +548,26 @@ class ChatStore:
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
         _ACTIVE_REPLIES.add((self._key, msg_id))
         return msg_id
+
+    def reopen_reply(self, msg_id: int, opening: str = "") -> None:
+        """A stored reply is being continued (/continue, ``--resume N --continue``): it is written again, as
+        :meth:`begin_reply` writes a new one.  Until :meth:`finish_message` it has this process as its
+        writer and no finish reason, so the partial saves (:meth:`update_reply`) reach it and a kill leaves
+        it interrupted with the text saved so far.  Its stats and ids as generated are dropped meanwhile:
+        they describe the shorter reply, and a reply cut mid-way is continued from its text (only
+        ``opening``, the user's start, is kept)."""
+        columns = ("finish_reason", "finished_at", "stats_json", "prompt_tokens", "completion_tokens",
+                   "reasoning_tokens", "ttft_s", "tokens_per_s")
+        with self._write() as conn:
+            row = conn.execute("SELECT conversation_id FROM messages WHERE id = ?", (msg_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"history database {self.path}: no message {msg_id}")
+            conn.execute(f"UPDATE messages SET {', '.join(f'{c} = NULL' for c in columns)}, reply_json = ?, "
+                         "writer_pid = ? WHERE id = ?",
+                         (json.dumps({"opening": opening}, ensure_ascii=False) if opening else None, os.getpid(),
+                          msg_id))
+            self._touch(conn, row["conversation_id"], time.time())
+        _ACTIVE_REPLIES.add((self._key, msg_id))
 
     def update_reply(self, msg_id: int, content: str, reasoning: str = "") -> None:
         """Save the partial text of a reply still being generated."""

@@ -50,7 +50,7 @@ class Setting:
     ``above`` excludes it.
     """
 
-    kind: str  # "string" | "boolean" | "integer" | "number" | "strings"
+    kind: str  # "string" | "boolean" | "integer" | "number" | "strings" | "keys" (key names: key_problem)
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
@@ -88,8 +88,41 @@ def _count(minimum: float) -> Setting:
     return Setting("integer", minimum=minimum, maximum=MAX_COUNT)
 
 
-KEY_ACTIONS = ("send", "newline", "cancel", "new_chat", "toggle_sidebar", "toggle_thinking",
-               "regenerate", "edit_last", "quit")
+#: the chat TUI's keys, by their [keys] names (app.tui.keys holds what each does and its default)
+KEY_ACTIONS = ("send", "newline", "cancel", "regenerate", "edit_last", "continue_reply", "toggle_thinking",
+               "copy_reply", "toggle_sidebar", "new_chat", "previous_reply", "next_reply", "token_inspector",
+               "quit", "history_rename", "history_delete", "history_undo_delete", "history_fork")
+#: what may come before the last "+" of a key name
+KEY_MODIFIERS = ("ctrl", "alt", "shift", "meta", "super", "hyper")
+#: Textual's names of keys that type nothing (a key name is one of these, a character, or F1..F24)
+NAMED_KEYS = ("escape", "enter", "tab", "backspace", "delete", "insert", "home", "end", "pageup", "pagedown",
+              "up", "down", "left", "right", "space")
+
+
+def key_problem(value: str) -> str | None:
+    """What a ``[keys]`` value must be instead, or None: Textual key names, comma-separated.
+
+    A character alone (or with shift) is typed, never a key: it would never reach the chat from the
+    prompt box, and in the history list a typed word must never act on a conversation."""
+    keys = [k.strip() for k in value.split(",")]
+    if not value.strip() or not all(keys):
+        return f"one or more key names separated by commas (\"ctrl+y\", \"f5\", \"shift+enter,ctrl+j\"), not {value!r}"
+    for key in keys:
+        *modifiers, name = key.split("+")
+        bad = [m for m in modifiers if m not in KEY_MODIFIERS]
+        if bad or not name:
+            return (f"key names whose modifiers are {', '.join(KEY_MODIFIERS)} joined by '+' (\"ctrl+y\"), "
+                    f"not {key!r}")
+        function_key = name[0] == "f" and name[1:].isdigit() and 1 <= int(name[1:]) <= 24
+        if len(name) == 1:
+            if not name.isprintable() or name != name.lower():
+                return f"a lowercase character or a key name (\"ctrl+y\"), not {key!r}"
+            if not set(modifiers) - {"shift"}:
+                return f"a character with ctrl, alt, meta or super (\"ctrl+{name}\"): {key!r} alone is typed"
+        elif name not in NAMED_KEYS and not function_key:
+            return f"key names such as \"ctrl+y\", \"f5\" or one of {', '.join(NAMED_KEYS)}, not {key!r}"
+    return None
+
 
 #: "section.key" -> Setting; the order is the order of ``tokchat config show``
 SCHEMA: dict[str, Setting] = {
@@ -142,10 +175,10 @@ SCHEMA: dict[str, Setting] = {
     "server.connect_timeout": _timeout(0.1),
     "server.first_token_timeout": _timeout(0.1),
     "server.idle_timeout": _timeout(0.1),
-    **{f"keys.{action}": _S for action in KEY_ACTIONS},
+    **{f"keys.{action}": Setting("keys") for action in KEY_ACTIONS},
 }
 
-_EXPECTED = {"string": "a string", "boolean": "true or false", "integer": "an integer",
+_EXPECTED = {"string": "a string", "keys": "a string", "boolean": "true or false", "integer": "an integer",
              "number": "a number", "strings": "an array of strings"}
 _TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
                (list, "an array"), (dict, "a table"))
@@ -192,9 +225,12 @@ def _value_problem(setting: Setting, value: Any) -> str | None:
     ok = {"string": isinstance(value, str), "boolean": isinstance(value, bool),
           "integer": isinstance(value, int) and not isinstance(value, bool),
           "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-          "strings": isinstance(value, list) and all(isinstance(v, str) for v in value)}[setting.kind]
+          "strings": isinstance(value, list) and all(isinstance(v, str) for v in value),
+          "keys": isinstance(value, str)}[setting.kind]
     if not ok:
         return f"{_EXPECTED[setting.kind]}, not {_toml_type(value)} ({value!r})"
+    if setting.kind == "keys":
+        return key_problem(value)
     if setting.kind == "number" and not math.isfinite(value):
         return f"a finite number, not {value!r}"
     if setting.choices and value not in setting.choices:

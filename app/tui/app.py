@@ -49,6 +49,8 @@ from app.tui.format import device_label, error_text, model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import ChatHistory
 from app.tui.inspect import TokenInspectorOpener
+from app.tui.keys import default as key
+from app.tui.keys import keymap_for
 from app.tui.loader import LoadedChat, Loader, load_chat
 from app.tui.paste_chips import PasteChips
 from app.tui.prompt_progress import PromptProgressWatch
@@ -90,18 +92,26 @@ class ChatApp(App):
     #footer-bar > Footer { dock: none; width: 1fr; }
     """
     TITLE = "tokchat"
+    # each id is the key's name under [keys] in the config (app.tui.keys): the user's keys are the keymap
     BINDINGS = [
-        Binding("escape", "stop", "Stop", tooltip="stop the reply; the partial text is kept"),
-        Binding("ctrl+r", "regenerate", "Regen", tooltip="regenerate the last reply"),
-        Binding("ctrl+g", "edit_last", "Edit", tooltip="edit the last prompt and resend it"),
-        Binding("ctrl+l", "continue_reply", "Continue", show=False, tooltip="continue the last reply (cut or stopped)"),
-        Binding("ctrl+t", "toggle_thinking", "Think", tooltip="show or hide the last thinking block"),
-        Binding("ctrl+o", "copy_reply", "Copy", tooltip="copy the last reply"),
-        Binding("ctrl+b", "toggle_history", "History", tooltip="stored conversations"),
-        Binding("ctrl+n", "new_chat", "New", tooltip="start a new conversation"),
-        Binding("alt+left", "branch(-1)", "Prev sibling", show=False, tooltip="the previous regenerated reply"),
-        Binding("alt+right", "branch(1)", "Next sibling", show=False, tooltip="the next regenerated reply"),
-        Binding("f2", "show_tokens", "Tokens", show=False, tooltip="the token inspector"),
+        Binding(key("cancel"), "stop", "Stop", tooltip="stop the reply; the partial text is kept", id="cancel"),
+        Binding(key("regenerate"), "regenerate", "Regen", tooltip="regenerate the last reply", id="regenerate"),
+        Binding(key("edit_last"), "edit_last", "Edit", tooltip="edit the last prompt and resend it", id="edit_last"),
+        Binding(key("continue_reply"), "continue_reply", "Continue", show=False,
+                tooltip="continue the last reply (cut or stopped)", id="continue_reply"),
+        Binding(key("toggle_thinking"), "toggle_thinking", "Think", tooltip="show or hide the last thinking block",
+                id="toggle_thinking"),
+        Binding(key("copy_reply"), "copy_reply", "Copy", tooltip="copy the last reply", id="copy_reply"),
+        Binding(key("toggle_sidebar"), "toggle_history", "History", tooltip="stored conversations",
+                id="toggle_sidebar"),
+        Binding(key("new_chat"), "new_chat", "New", tooltip="start a new conversation", id="new_chat"),
+        Binding(key("previous_reply"), "branch(-1)", "Prev sibling", show=False,
+                tooltip="the previous regenerated reply", id="previous_reply"),
+        Binding(key("next_reply"), "branch(1)", "Next sibling", show=False, tooltip="the next regenerated reply",
+                id="next_reply"),
+        Binding(key("token_inspector"), "show_tokens", "Tokens", show=False, tooltip="the token inspector",
+                id="token_inspector"),
+        Binding(key("quit"), "quit", "Quit", show=False, priority=True, tooltip="quit tokchat", id="quit"),
     ]
 
     #: a reply is streaming
@@ -169,6 +179,8 @@ class ChatApp(App):
         self.inspector = TokenInspectorOpener(self, draft_tokens=self.attachments.show_cost)
         self.pull = ModelPull(self)
         self.tools = ChatTools(self)
+        #: the keys in use: [keys] over the defaults (the footer, /help and the history list show them)
+        self.keys = keymap_for(options.keys)
         self.history = ChatHistory(self, store, self.branches)
         self.steer = Steering(self, self.history)
         self.commands = SlashCommands(self, self.history, reload=self.reload, features={
@@ -214,8 +226,12 @@ class ChatApp(App):
             else:
                 self.notify(f"unknown theme {self.options.theme!r}; choose one with Ctrl+P > Change theme",
                             severity="warning")
-        await self.chat_view.show_welcome()
+        self.set_keymap(self.keys.textual())
+        if self.keys.problem:
+            self.notify(self.keys.problem, severity="error", timeout=15, markup=False)
+        await self.chat_view.show_welcome(self.keys)
         self.prompt_input.chip_rule = self.paste_chips.paste_is_chip
+        self.prompt_input.use_keys(self.keys)
         self.prompt_input.focus()
         # after the first frame: the load thread would otherwise compete with it for the GIL
         self.call_after_refresh(self.start_load)
@@ -399,7 +415,7 @@ class ChatApp(App):
         text = self.attachments.message_with_attachments(typed)  # held files and @file words, in blocks
         if text is None:
             return  # a file was refused (said in one line); the draft stays for another try
-        why = self.session.refusal(text)
+        why = self.attachments.refusal(text, held)  # the session's rule, said for the files held
         if why is not None:  # refused before the box is cleared: the draft and the files stay
             self.attachments.restore(held, self.prompt_input.text)
             self.notify(why, title="Not sent", severity="error", timeout=10)

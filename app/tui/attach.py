@@ -121,6 +121,20 @@ class Attachments:
         self.show_cost()
         return compose(text, files)
 
+    def refusal(self, message: str, held: list[Attachment]) -> str | None:
+        """Why the session refuses ``message`` (the text with ``held`` in blocks), or None.
+
+        With files or pastes held, the session's advice (save the text to a file and /attach it) would
+        point at what is already one, and is not cut: the line names the largest held one instead."""
+        why = self.host.session.refusal(message)
+        if why is None or not held:
+            return why
+        largest = max(held, key=lambda a: a.tokens)
+        kind = "the pasted" if largest.notice.startswith("pasted") else "the attached"
+        context = self.host.chat.context_size if self.host.chat else 0
+        return (f"message too long for the context ({context:,} tokens): {kind} {largest.name} alone is "
+                f"{largest.tokens:,} tokens; drop it (× on its chip) and send a part of it, or raise --ctx")
+
     def restore(self, held: list[Attachment], draft: str) -> None:
         """A message refused before it was sent: its held files are held again."""
         self.pending[:] = held

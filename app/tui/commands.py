@@ -18,19 +18,12 @@ from textual.app import SystemCommand
 
 from app.tui.history import ChatHistory
 from app.tui.host import ChatHost
+from app.tui.keys import help_rows
 from app.tui.slash import COMMANDS, SAMPLING, SlashCommand, SlashError, apply_sampling, help_text
 
 #: what runs a command: called with the text after ``/name``; a SlashError is said in one line
 Handler = Callable[[str], Awaitable[None]]
 
-#: the keys ``/help`` lists
-HELP_KEYS = [("Enter", "send"), ("Ctrl+J / Shift+Enter", "new line"), ("Up (empty box)", "previous prompts"),
-             ("Esc / Ctrl+C", "stop the reply"), ("Esc (editing)", "cancel the edit"), ("Ctrl+R", "regenerate"), ("Ctrl+G", "edit the last prompt"),
-             ("Ctrl+L", "continue the last reply"), ("Ctrl+F / Ctrl+D / Ctrl+Z (history list)", "fork / delete / undo delete"),
-             ("Ctrl+T", "show/hide thinking"), ("Ctrl+O", "copy the last reply"),
-             ("Ctrl+B", "history"), ("F2 / double click", "token inspector"),
-             ("Alt+← / Alt+→", "sibling replies"), ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"),
-             ("Ctrl+Q", "quit")]
 
 
 class SlashCommands:
@@ -76,7 +69,7 @@ class SlashCommands:
         session.reset()
         session.set_system(host.options.system)
         await host.chat_view.clear()
-        await host.chat_view.show_welcome()
+        await host.chat_view.show_welcome(host.keys)
         self.history.new_conversation()
         host.update_meter()
 
@@ -209,7 +202,7 @@ class SlashCommands:
         self.reload(replace(host.options, server=server, model=model or host.options.model))
 
     async def cmd_help(self, arg: str) -> None:
-        await self.host.chat_view.add_notice(help_text(HELP_KEYS))
+        await self.host.chat_view.add_notice(help_text(help_rows(self.host.keys)))
 
     # -------------------------------------------------------------- what keys do too
     async def regenerate(self) -> None:
@@ -219,6 +212,10 @@ class SlashCommands:
             return
         if not any(m.role == "assistant" for m in host.session.messages):
             host.notify("Nothing to regenerate yet", severity="warning")
+            return
+        tail = self.history.tail_refusal("Nothing regenerated")
+        if tail:
+            host.notify(tail, severity="warning", timeout=10)
             return
         from app.tui.widgets.assistant_message import AssistantMessage
 
@@ -230,6 +227,10 @@ class SlashCommands:
         """Ctrl+G and ``/edit``: the last prompt back in the box; Enter resends it in its place."""
         host = self.host
         if not host.ready_to_generate():
+            return
+        tail = self.history.tail_refusal("Nothing to edit")
+        if tail:
+            host.notify(tail, severity="warning", timeout=10)
             return
         users = [m for m in host.session.messages if m.role == "user"]
         if not users:

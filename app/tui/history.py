@@ -26,6 +26,49 @@ from app.tui.widgets.dialogs import DeleteScreen, RenameScreen
 from app.tui.widgets.history_sidebar import HistorySidebar
 
 
+#: why the last message on screen cannot be continued, regenerated or edited
+WRITING_ELSEWHERE = ("its last reply is being written in another window; open the conversation again from "
+                     "the history when it is done (a message sent now starts a branch beside it)")
+NEVER_ANSWERED = ("its last message has no reply (tokchat stopped before answering it, or another window "
+                  "is still reading it); a message sent now takes its place, and it stays in the history "
+                  "as its sibling")
+
+#: under a stored message whose reply never came
+NO_REPLY = ("⚠ no reply: tokchat stopped before answering this message (or another window is still reading it). "
+            "A message sent now takes its place; this one stays in the history as its sibling.")
+
+
+def unsettled_tail(conversation: Any) -> tuple[list, list]:
+    """The shown branch split into what this window builds on and its unsettled end (``settled, tail``).
+
+    The tail is what headless ``--resume`` leaves out (:func:`app.history.resume.settled_length`): a reply
+    another window is still writing (no finish reason: the store marks a dead writer's reply interrupted)
+    and the user messages no reply follows.  It is shown, marked, but never continued or answered here."""
+    from app.history.resume import settled_length
+
+    end = settled_length(conversation.messages)
+    return conversation.messages[:end], conversation.messages[end:]
+
+
+def off_tail(branches: list, tail: list) -> list:
+    """The stored branches that do not hang below the unsettled ``tail`` (its messages are left out)."""
+    left_out = {m.id for m in tail}
+    kept = list(branches)
+    while True:
+        below = [m for m in kept if m.parent_id in left_out]
+        if not below:
+            return kept
+        left_out.update(m.id for m in below)
+        kept = [m for m in kept if m.id not in left_out]
+
+
+def tail_reason(tail: list) -> str | None:
+    """What the unsettled ``tail`` means for the user (None when there is none)."""
+    if not tail:
+        return None
+    return WRITING_ELSEWHERE if tail[-1].role == "assistant" else NEVER_ANSWERED
+
+
 @dataclass
 class Deleted:
     """A conversation deleted in this window, as it was stored: what ctrl+z puts back."""
@@ -57,6 +100,9 @@ class ChatHistory:
         self._shown = 0
         #: a store to look in when the recorder switched itself off (it then has none)
         self._lookup: Any = None
+        #: why the last message on screen cannot be acted on (a reply another window is writing, a message
+        #: never answered), while the opened conversation shows such an unsettled end; None otherwise
+        self.tail_reason: str | None = None
 
     # -------------------------------------------------------------- recording
     def _make_recorder(self) -> Any:
@@ -170,8 +216,17 @@ class ChatHistory:
         messages = self.host.session.messages[:upto]
         return sum(1 for m in messages if m.role != "system")
 
+    def tail_refusal(self, what: str) -> str | None:
+        """Why ``what`` (continue, regenerate, edit ...) cannot act on the last message on screen, or None.
+
+        An opened conversation may end in a turn that is not settled (:func:`unsettled_tail`): the keys
+        that act on "the last reply" would otherwise act on the settled one before it, unseen."""
+        return f"{what}: {self.tail_reason}" if self.tail_reason else None
+
     def record_user(self, text: str | None, *, replacing: str | None = None) -> None:
         """Before a turn starts: ``replacing`` is ``"reply"`` (regenerate) or ``"prompt"`` (edit)."""
+        if text is not None:
+            self.tail_reason = None  # a message sent after an unsettled end is its sibling (the screen drops it)
         if self.recorder is None:
             return
         messages = self.host.session.messages
@@ -275,6 +330,7 @@ class ChatHistory:
 
     def new_conversation(self) -> None:
         self._shown += 1
+        self.tail_reason = None
         if self.recorder is not None:
             session = self.host.session
             self.recorder.start_new(system=session.system_prompt if session else self.host.options.system)
@@ -295,18 +351,28 @@ class ChatHistory:
         self.toggle_sidebar()
 
     def toggle_sidebar(self) -> None:
-        """Ctrl+B: open the list of stored chats with the cursor in its search box, or close it."""
+        """Ctrl+B: open the list of stored chats with the cursor in its search box, or close it.
+        Open while the cursor is elsewhere (a click on the chat), it takes the cursor back to the list:
+        its keys act only with the cursor there, and its hint says so (:class:`HistorySidebar`)."""
         sidebar = self.sidebar
+        if sidebar.has_class("-open") and not sidebar.has_focus_within:
+            sidebar.focus_search()
+            return
         if sidebar.has_class("-open"):
-            sidebar.remove_class("-open")
-            self.host.prompt_input.focus()
+            self.close_sidebar()
             return
         if self.store is None:
             self.host.notify(self._why_off(), severity="warning")
             return
+        sidebar.show_keys(self.host.keys)
         sidebar.add_class("-open")
         self.refresh()
         sidebar.focus_search()  # typing searches: a typed word never acts on a conversation
+
+    def close_sidebar(self) -> None:
+        """The list closes and the cursor goes back to the prompt box."""
+        self.sidebar.remove_class("-open")
+        self.host.prompt_input.focus()
 
     def _why_off(self) -> str:
         """Why there is no history to show: the user's choice, else the failure that stopped it."""
@@ -353,7 +419,7 @@ class ChatHistory:
             if yes:
                 self._delete(conv_id, title)
 
-        self.host.push_screen(DeleteScreen(title), chosen)
+        self.host.push_screen(DeleteScreen(title, self.host.keys), chosen)
 
     def _delete(self, conv_id: int, title: str) -> None:
         from app.history.store import StoreError
@@ -433,17 +499,20 @@ class ChatHistory:
             return
         from app.conversation.branches import from_links
 
-        stored = [m for m in conversation.messages + conversation.branches if m.role != "system"]
+        settled, tail = unsettled_tail(conversation)
+        stored = [m for m in settled + off_tail(conversation.branches, tail) if m.role != "system"]
         chat_messages = [m.to_chat_message() for m in stored]
         switched = self._vocabulary_switch(conversation.info)
         if switched:
             for message in chat_messages:  # ids of another vocabulary: the replies are encoded again from text
                 message.reply_ids = None
         messages, branches = from_links([(m.id, m.parent_id, c) for m, c in zip(stored, chat_messages)],
-                                        [m.id for m in conversation.messages if m.role != "system"])
+                                        [m.id for m in settled if m.role != "system"])
         host.end_edit("another conversation opened")
         self._shown += 1
-        await host.chat_view.show_messages(messages)
+        self.tail_reason = tail_reason(tail)
+        await host.chat_view.show_messages(messages, tail=[m.to_chat_message() for m in tail],
+                                           tail_note=NO_REPLY if tail and tail[-1].role == "user" else "")
         host.sub_title = conversation.info.title
         session = host.session
         if session is None:
@@ -452,7 +521,9 @@ class ChatHistory:
         session.set_system(conversation.info.system_prompt)
         session.load_messages(messages, branches)
         if self.recorder is not None:
-            self.recorder.resume(conv_id, conversation.messages[-1].id if conversation.messages else None)
+            # the next message follows the last settled one: a turn another window is still writing (or one
+            # that never got its reply) is not this window's to build on, as headless --resume leaves it out
+            self.recorder.resume(conv_id, settled[-1].id if settled else None)
             if switched:  # recorded as /model and headless --switch-model record it
                 chat = host.chat
                 self.recorder.update(model=str(chat.model_path),
@@ -465,4 +536,6 @@ class ChatHistory:
                         severity="warning", timeout=12)
         await self.branches.show_labels()
         host.update_meter()
-        host.prompt_input.focus()
+        # the list closes: its keys (ctrl+r rename ...) would otherwise be on screen while the cursor is in
+        # the prompt box, where the same keys act on the chat (ctrl+r regenerates)
+        self.close_sidebar()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
     from app.settings.options import ChatOptions
+    from app.tui.keys import KeyMap
     from app.tui.loader import LoadedChat
     from app.tui.widgets.chat_view import ChatView
     from app.tui.widgets.prompt_input import PromptInput
@@ -27,6 +28,8 @@ class ChatHost(Protocol):
     """The chat window as its features see it (implemented by :class:`app.tui.app.ChatApp`)."""
 
     options: ChatOptions
+    #: the keys in use ([keys] over the defaults): what hints and /help name
+    keys: KeyMap
     chat: LoadedChat | None
     generating: bool
     sub_title: str

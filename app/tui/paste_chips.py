@@ -61,9 +61,13 @@ class PasteChips:
         self.host.update_draft()
 
     def show(self, held: list[Attachment]) -> None:
-        """One chip per held attachment (called whenever the held files change)."""
+        """One chip per held attachment (called whenever the held files change); Enter in an empty box
+        sends what is held (a paste is often the whole message)."""
         from app.tui.widgets.attachment_chips import AttachmentChips
 
+        boxes = self.host.query("PromptInput")
+        if boxes:
+            boxes.first().holding = bool(held)
         chips = self.host.query(AttachmentChips)
         if chips:
             chips.first().show(held)

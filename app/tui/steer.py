@@ -32,7 +32,7 @@ class Steering:
         """``/continue`` (Ctrl+L): continue the last reply (cut by max_tokens or stopped)."""
         host = self.host
         session = host.need_session("continue")
-        why = session.continue_refusal()
+        why = self.history.tail_refusal("Nothing continued") or session.continue_refusal()
         if why is not None:
             raise SlashError(why)
         reply = session.messages[-1]
@@ -46,6 +46,9 @@ class Steering:
         ``/reply`` alone puts the last reply in the box to edit, then Enter continues from the edit."""
         host = self.host
         session = host.need_session("reply")
+        tail = self.history.tail_refusal("/reply")
+        if tail:
+            raise SlashError(tail)
         if not arg:
             last = session.messages[-1] if session.messages else None
             if last is None or last.role != "assistant":

@@ -6,6 +6,7 @@ mean nothing for a server (C11).  Each run is ``python -m app`` with its own fol
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,27 @@ def test_local_engine_flags_given_with_a_server_are_named_as_unused(upstream, sm
     said = [line for line in run.stderr.splitlines() if "do nothing with --server" in line]
     assert len(said) == 1, run.stderr
     assert "--gpu-layers, --speculative and --draft-model set the local engine" in said[0], said
+
+
+def test_a_resume_finds_its_cache_on_a_server_with_four_slots(smollm_path, tmp_path):
+    """C11: against llama-server's default of 4 slots, a headless ``--resume`` landed on a slot picked at
+    random and evaluated its whole prompt again (66 of 66 ids; 14 with ``-np 1``).  Each resume here is a
+    new process; with the slot picked at random, four resumes in a row would all find the cache 1 time in 256."""
+    server = LlamaServer(smollm_path, tmp_path, ctx=2048, extra=("-np", "4")).start()
+    try:
+        assert len(server.slots()) == 4
+        env = child_env(tmp_path)
+
+        def turn(*args: str) -> dict:
+            run = tokchat(env, "--server", server.url, "--temperature", "0", "--max-tokens", "8", "--stats", *args)
+            assert run.returncode == 0, run.stderr
+            return json.loads(run.stderr.splitlines()[-1])
+
+        first = turn("--prompt", "Tell me about the sea.")
+        assert first["new_prompt_tokens"] == first["prompt_tokens"]
+        for n in range(4):
+            stats = turn("--resume", "1", "--prompt", f"And then, part {n}?")
+            # only the new message and the template's glue around it are evaluated: the rest is the slot's cache
+            assert stats["new_prompt_tokens"] < stats["prompt_tokens"] // 2, (n, stats)
+    finally:
+        server.stop()

@@ -70,7 +70,7 @@ async def test_the_history_hint_names_every_key_the_list_takes(scripted_app):
         await wait_reply(pilot)
         await pilot.press("ctrl+b")
         await pilot.pause()
-        hint = words(drawn(app, app.query_one(HistorySidebar).query_one(".hint")))
+        hint = words(drawn(app, app.query_one(HistorySidebar).query_one(".hint-here")))
         for key in ["type to search", "↑↓", "Enter", "ctrl+r", "ctrl+d", "ctrl+z", "ctrl+f", "ctrl+n", "ctrl+b"]:
             assert key in hint, f"{key!r} is not on the hint line: {hint!r}"
         # and the list takes no key but these (a letter would act on a typed word)
@@ -195,7 +195,7 @@ async def test_a_fork_row_is_drawn_whole_in_the_history_list(scripted_app, store
         await pilot.pause()
         await pilot.press("ctrl+f")
         await wait_for(pilot, lambda: app.history.recorder.conversation_id != source, what="the fork")
-        await pilot.press("ctrl+b", "ctrl+b")
+        await pilot.press("ctrl+b")  # the fork opened, and the list closed: open it again
         await pilot.pause()
         shown = words(drawn(app, app.query_one(HistorySidebar), inside=True))
         assert "tell me about the dragon who learns to cook (fork)" in shown

@@ -182,7 +182,7 @@ async def test_history_sidebar_resume_rename_delete(scripted_app, store):
         await send(pilot, "and then?")
         await wait_reply(pilot)
         assert len(store.load(first).messages) == 4
-        await pilot.press("ctrl+b", "ctrl+b")  # close and reopen: the search box has the focus
+        await pilot.press("ctrl+b")  # opening closed the list; open it again: the search box has the focus
         await pilot.press("ctrl+r")
         await pilot.pause()
         await pilot.press("ctrl+u", *"Renamed", "enter")

@@ -116,7 +116,7 @@ async def test_an_edit_pending_in_one_chat_never_rewrites_another(scripted_app, 
         await pilot.pause()
         assert app.history.recorder.conversation_id == apple
         assert not app.prompt_input.editing and app.prompt_input.border_title == ""
-        await pilot.press("ctrl+b")
+        assert app.focused is app.prompt_input  # opening closed the list: the cursor is back in the box
         await pilot.press("enter")
         await wait_reply(pilot)
         conversation = store.load(apple)

@@ -217,6 +217,7 @@ async def test_ctrl_f_in_the_history_list_forks_a_stored_conversation_and_opens_
         fork = store.load(app.history.recorder.conversation_id)
         assert fork.info.forked_from == source and [m.content for m in fork.messages] == ["a", "One."]
         assert [m.content for m in app.session.messages] == ["a", "One."]
+        await pilot.press("ctrl+b")  # the fork opened and closed the list: open it again
         await wait_for(pilot, lambda: any("fork of #" in str(label.render())
                                           for label in app.query(".meta")), what="the fork's row")
 

@@ -16,6 +16,10 @@ from textual.widgets.markdown import MarkdownStream
 from app.tui.format import stats_line
 from app.tui.widgets.thinking_block import ThinkingBlock
 
+#: the mark of a stored reply by how it ended, where no "⏹ stopped" (Esc) or counts tell it
+CUT_MARK = "⚠ cut off: tokchat stopped while writing it (the text is as far as it was saved) · /continue goes on"
+WRITING_MARK = "✎ being written in another window: what it had written when this window opened it"
+
 #: fenced code blocks in a reply: group 1 is the code
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
@@ -38,15 +42,20 @@ class AssistantMessage(Vertical):
     AssistantMessage > .waiting { color: $text-muted; height: auto; display: none; }
     AssistantMessage.-waiting > .waiting { display: block; }
     AssistantMessage.-stopped { border-left: thick $warning; }
+    AssistantMessage.-cut { border-left: thick $warning; }
+    AssistantMessage.-writing { border-left: thick $secondary; }
     AssistantMessage.-error { border-left: thick $error; }
     """
 
     def __init__(self, *, content: str = "", reasoning: str = "", stats=None, stored: bool = False,
-                 opening: str = "") -> None:
+                 opening: str = "", finish_reason: str | None = "stop") -> None:
         """A streaming reply, or with ``stored=True`` a finished one shown at once (a resumed chat).
-        ``opening``: the start of ``content`` the user wrote (/reply), marked as theirs."""
+        ``opening``: the start of ``content`` the user wrote (/reply), marked as theirs.
+        ``finish_reason``: how a stored reply ended; ``"interrupted"`` (its writer was killed) and None
+        (another window is writing it) are marked, as Esc's "stopped" is."""
         super().__init__()
         self.opening = opening
+        self.finish_reason = finish_reason
         self.content = content
         self.stats = stats
         self._stored_reasoning = reasoning
@@ -58,7 +67,13 @@ class AssistantMessage(Vertical):
         yield Static(self._opening_text(), classes="opening", markup=False)
         yield Markdown(self.content or None)
         yield Static("", classes="waiting", markup=False)
-        yield Static(self._stats_text(self.stats) if self._stored else "", classes="stats", markup=False)
+        yield Static(self._stored_text() if self._stored else "", classes="stats", markup=False)
+
+    def _stored_text(self) -> str:
+        """A stored reply's last line: its counts, after its mark when it did not end on its own."""
+        line = self._stats_text(self.stats)
+        mark = {"interrupted": CUT_MARK, None: WRITING_MARK}.get(self.finish_reason)
+        return f"{mark} · {line}" if mark and line else mark or line
 
     def _opening_text(self) -> str:
         short = self.opening if len(self.opening) <= 60 else self.opening[:59] + "…"
@@ -73,7 +88,8 @@ class AssistantMessage(Vertical):
 
     def reopen(self) -> None:
         """A finished reply streams on (/continue): its stats line waits for the new total."""
-        self.remove_class("-done", "-stopped", "-error")
+        self.remove_class("-done", "-stopped", "-error", "-cut", "-writing")
+        self.finish_reason = "stop"
         self.query_one(".stats", Static).update("")
 
     def on_mount(self) -> None:
@@ -83,6 +99,8 @@ class AssistantMessage(Vertical):
             self.add_class("-done")
             if self.stats is not None and self.stats.finish_reason == "cancelled":
                 self.add_class("-stopped")
+            self.set_class(self.finish_reason == "interrupted", "-cut")
+            self.set_class(self.finish_reason is None, "-writing")
 
     @staticmethod
     def _stats_text(stats) -> str:

@@ -7,13 +7,15 @@ come in a page at a time through :class:`EarlierMessages`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from app.tui.keys import KeyMap, keymap_for, spoken
 from app.tui.widgets.earlier_messages import EarlierMessages
 from app.tui.widgets.notice import Notice
+from app.tui.widgets.unsettled_tail import UnsettledTail
 from app.tui.widgets.user_message import UserMessage
 
 if TYPE_CHECKING:
@@ -22,10 +24,14 @@ if TYPE_CHECKING:
 #: messages mounted at once when a stored conversation opens, and per "show earlier"
 PAGE = 10
 
-WELCOME = (
-    "Type a message and press Enter (Ctrl+J for a new line).  "
-    "Esc stops a reply, Ctrl+R regenerates it, Ctrl+P opens the commands, /help lists them."
-)
+
+
+def welcome(keys: KeyMap) -> str:
+    """The first screen's line, with the keys in use."""
+    newline = spoken(keys.of("newline")[-1])  # the default's last, Ctrl+J, is the one every terminal sends
+    return (f"Type a message and press {keys.said('send')} ({newline} for a new line).  "
+            f"{keys.said('cancel')} stops a reply, {keys.said('regenerate')} regenerates it, "
+            "Ctrl+P opens the commands, /help lists them.")
 
 
 class ChatView(VerticalScroll):
@@ -40,15 +46,22 @@ class ChatView(VerticalScroll):
         self._hidden: list = []  # older stored messages not mounted yet, oldest first
         self.anchor()
 
-    async def show_welcome(self, text: str = WELCOME) -> None:
-        await self.mount(Static(text, id="welcome", markup=False))
+    async def show_welcome(self, keys: KeyMap | None = None) -> None:
+        await self.mount(Static(welcome(keys or keymap_for(None)), id="welcome", markup=False))
 
     def _drop_welcome(self) -> None:
         for widget in self.query("#welcome"):
             widget.remove()
 
+    async def _drop_tail(self) -> None:
+        """A turn starts: an opened conversation's unsettled end leaves the screen (the new turn is its
+        sibling in the history, see :mod:`app.tui.widgets.unsettled_tail`)."""
+        for tail in list(self.query(UnsettledTail)):
+            await tail.remove()
+
     async def add_user(self, text: str) -> UserMessage:
         self._drop_welcome()
+        await self._drop_tail()
         widget = UserMessage(text)
         await self.mount(widget)
         return widget
@@ -57,6 +70,7 @@ class ChatView(VerticalScroll):
         from app.tui.widgets.assistant_message import AssistantMessage  # Markdown: not for the first frame
 
         self._drop_welcome()
+        await self._drop_tail()
         widget = AssistantMessage()
         await self.mount(widget)
         return widget
@@ -67,14 +81,20 @@ class ChatView(VerticalScroll):
         await self.mount(widget)
         return widget
 
-    async def show_messages(self, messages) -> None:
-        """Replace the view with a stored conversation: the newest page now, the rest on request."""
+    async def show_messages(self, messages, *, tail: Sequence = (), tail_note: str = "") -> None:
+        """Replace the view with a stored conversation: the newest page now, the rest on request.
+
+        ``tail``: its unsettled end (a reply another window is writing, a message never answered), shown
+        after it, apart and marked (:class:`UnsettledTail`), with ``tail_note`` under it."""
         self._hidden = [m for m in messages if m.role in ("user", "assistant", "tool")]
         calls = {c.get("id"): c for m in self._hidden for c in (getattr(m, "tool_calls", None) or [])}
         # a stored tool result is shown as its call's block: pair each with the call it answers
         self._calls = {id(m): calls.get(m.tool_call_id) for m in self._hidden if m.role == "tool"}
         await self.remove_children()
         await self._show_page()
+        if tail:
+            self._drop_welcome()
+            await self.mount(UnsettledTail(tail, tail_note))
         self.scroll_end(animate=False, immediate=True)
 
     async def _show_page(self) -> None:
@@ -99,7 +119,8 @@ class ChatView(VerticalScroll):
 
             return ToolCallBlock.stored(getattr(self, "_calls", {}).get(id(message)), message)
         return AssistantMessage(content=message.content, reasoning=message.reasoning,
-                                stats=message.stats, stored=True, opening=getattr(message, "opening", ""))
+                                stats=message.stats, stored=True, opening=getattr(message, "opening", ""),
+                                finish_reason=message.finish_reason)
 
     async def on_earlier_messages_requested(self, message: EarlierMessages.Requested) -> None:
         message.stop()
@@ -112,7 +133,7 @@ class ChatView(VerticalScroll):
     def last_assistant(self) -> AssistantMessage | None:
         from app.tui.widgets.assistant_message import AssistantMessage
 
-        replies = self.query(AssistantMessage)
+        replies = self.query_children(AssistantMessage)  # never one of an unsettled end (UnsettledTail)
         return replies.last() if replies else None
 
     async def remove_from_last(self, widget_type: type) -> None:

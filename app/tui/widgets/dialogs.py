@@ -5,7 +5,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, Input, Label, Static
+
+from app.tui.keys import KeyMap, keymap_for
+from app.tui.keys import default as key
 
 _CSS = """
 {name} {{ align: center middle; }}
@@ -49,18 +52,28 @@ class DeleteScreen(ModalScreen[bool]):
     the Delete button and Enter, or a click on it.  Dismisses True only then.
     """
 
-    DEFAULT_CSS = _CSS.format(name="DeleteScreen") + "DeleteScreen .hint { color: $text-muted; margin-top: 1; }\n"
-    BINDINGS = [Binding("escape", "dismiss(False)", "Keep"), Binding("ctrl+d", "dismiss(True)", "Delete")]
+    # the hint wraps (a Label is one line, and was cut at the dialog's edge); the box is as wide
+    # as the screen allows, so that it fits a small terminal too
+    DEFAULT_CSS = _CSS.format(name="DeleteScreen") + (
+        "DeleteScreen .hint { color: $text-muted; margin-top: 1; width: 1fr; }\n"
+        "DeleteScreen > Vertical { max-width: 100%; }\n")
+    # id: the [keys] name of the key that asked (app.tui.keys), which also answers
+    BINDINGS = [Binding("escape", "dismiss(False)", "Keep"),
+                Binding(key("history_delete"), "dismiss(True)", "Delete", id="history_delete")]
 
-    def __init__(self, title: str) -> None:
+    def __init__(self, title: str, keys: KeyMap | None = None) -> None:
+        """``keys``: the keys in use, for the hint (the one that asked deletes when pressed again)."""
         super().__init__()
         self.title_shown = title
+        keys = keys or keymap_for(None)
+        self.delete_key, self.undo_key = keys.hint("history_delete"), keys.hint("history_undo_delete")
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"Delete “{self.title_shown}”?", markup=False)
-            yield Label("ctrl+d again (or Tab, Enter) deletes it; Esc or Enter keeps it. "
-                        "ctrl+z in the history brings it back until you quit.", classes="hint", markup=False)
+            yield Label(f"Delete “{self.title_shown}”?", markup=False, classes="question")
+            # what keeps it first: a hint cut short must never read as if Enter deleted
+            yield Static(f"Enter or Esc keeps it. {self.delete_key} again deletes it (or Tab to Delete, then "
+                        f"Enter); {self.undo_key} in the history brings it back until you quit.", classes="hint", markup=False)
             with Horizontal():
                 yield Button("Cancel", id="no")
                 yield Button("Delete", id="yes", variant="error")

@@ -6,7 +6,10 @@ on a conversation.  So the sidebar's own keys are control keys, all named on its
 hint line: Up/Down move the highlight, Enter opens, ctrl+r renames, ctrl+d
 deletes (after a confirmation that no typed word can give), ctrl+z undoes the
 last deletion, ctrl+f forks (a new conversation holding its shown branch, linked
-to it; a fork's row says so), ctrl+n starts a new chat.  The sidebar only posts
+to it; a fork's row says so), ctrl+n starts a new chat (the defaults: each is
+configurable under ``[keys]``, and the hint names the keys in use).  Those keys
+act only while the cursor is in the list: when it is elsewhere, the hint says
+so instead, and opening a conversation closes the list.  The sidebar only posts
 messages; the history (:class:`app.tui.history.ChatHistory`) talks to the store.
 """
 from __future__ import annotations
@@ -22,14 +25,13 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Label, ListItem, ListView, Static
 
+from app.tui.keys import KeyMap, history_away_hint, history_hint, keymap_for
+from app.tui.keys import default as key
+
 
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else ""
 
-
-#: every key the sidebar takes, as its hint line shows them (a key missing here is a key nobody finds)
-HINT = ("type to search · ↑↓ move · Enter open · ctrl+r rename · ctrl+d delete · ctrl+z undo delete · "
-        "ctrl+f fork · ctrl+n new · ctrl+b close")
 
 
 def _fork_note(info) -> str:
@@ -56,7 +58,8 @@ class HistorySidebar(Vertical):
     """Search box over a list of :class:`app.history.store.ConversationInfo` rows."""
 
     DEFAULT_CSS = """
-    HistorySidebar { width: 46; dock: left; display: none; border-right: vkey $panel; }
+    /* at most half the window: at 60 columns, 46 left the chat 13 */
+    HistorySidebar { width: 46; max-width: 50%; dock: left; display: none; border-right: vkey $panel; }
     HistorySidebar.-open { display: block; }
     HistorySidebar > Input { margin: 0; }
     HistorySidebar > ListView { height: 1fr; }
@@ -64,15 +67,20 @@ class HistorySidebar(Vertical):
     /* a row wraps instead of being cut: "(fork)" and "fork of #N" end the lines */
     HistorySidebar ConversationItem > Label { width: 1fr; }
     HistorySidebar > .hint { color: $text-muted; height: auto; padding: 0 1; }
+    /* its keys act only with the cursor in it: elsewhere, the hint says how to come back */
+    HistorySidebar > .hint-here { display: none; }
+    HistorySidebar.-here > .hint-here { display: block; }
+    HistorySidebar.-here > .hint-away { display: none; }
     """
 
     # priority: they act on the highlighted row from the search box too (ctrl+d there would
     # otherwise delete a character); Up/Down reach here from the search box, the list has its own
+    # ids: the [keys] names (app.tui.keys)
     BINDINGS = [
-        Binding("ctrl+r", "rename", "Rename", priority=True),
-        Binding("ctrl+d", "delete", "Delete", priority=True),
-        Binding("ctrl+z", "undo_delete", "Undo delete", priority=True),
-        Binding("ctrl+f", "fork", "Fork", priority=True),
+        Binding(key("history_rename"), "rename", "Rename", priority=True, id="history_rename"),
+        Binding(key("history_delete"), "delete", "Delete", priority=True, id="history_delete"),
+        Binding(key("history_undo_delete"), "undo_delete", "Undo delete", priority=True, id="history_undo_delete"),
+        Binding(key("history_fork"), "fork", "Fork", priority=True, id="history_fork"),
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
     ]
@@ -107,7 +115,25 @@ class HistorySidebar(Vertical):
         # no select-all on focus: a key typed on the list and moved here adds to the search, never replaces it
         yield Input(placeholder="search history", id="history-search", select_on_focus=False)
         yield ListView(id="history-list")
-        yield Static(HINT, classes="hint", markup=False)
+        keys = keymap_for(None)
+        yield Static(history_hint(keys), classes="hint hint-here", markup=False)
+        yield Static(history_away_hint(keys), classes="hint hint-away", markup=False)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        self.add_class("-here")
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        self.call_later(self._cursor_moved)  # the focus may move to another part of the list: settle first
+
+    def _cursor_moved(self) -> None:
+        """The hint that names the list's keys is drawn only while they act: with the cursor in the list."""
+        focused = self.app.focused
+        self.set_class(focused is not None and self in focused.ancestors_with_self, "-here")
+
+    def show_keys(self, keys: KeyMap) -> None:
+        """The hint lines name the keys in use ([keys] in the config)."""
+        self.query_one(".hint-here", Static).update(history_hint(keys))
+        self.query_one(".hint-away", Static).update(history_away_hint(keys))
 
     def show(self, conversations: Sequence) -> None:
         """Replace the rows (keeps the highlighted conversation when it is still there)."""

@@ -31,6 +31,9 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import TextArea
 
+from app.tui.keys import KeyMap, keymap_for
+from app.tui.keys import default as key
+
 #: on the box's border while an edit is pending
 EDIT_TITLE = "editing the last prompt · Enter resends it in its place · Esc cancels"
 REPLY_TITLE = "editing the last reply · Enter continues from your text · Esc cancels"
@@ -51,7 +54,9 @@ class PromptInput(TextArea):
     }
     """
 
-    BINDINGS = [Binding("escape", "cancel_edit", "Cancel edit", tooltip="leave the edit; the box is cleared")]
+    # id: the [keys] name (app.tui.keys), so the key that stops a reply also leaves an edit
+    BINDINGS = [Binding(key("cancel"), "cancel_edit", "Cancel edit", tooltip="leave the edit; the box is cleared",
+                        id="cancel")]
 
     #: Enter replaces the last prompt (Ctrl+G) instead of sending a new one
     editing: reactive[bool] = reactive(False)
@@ -91,6 +96,26 @@ class PromptInput(TextArea):
         self._recall: int | None = None
         #: text -> whether a paste of it becomes an attachment chip (set by the app; None: never)
         self.chip_rule = None
+        #: files or pasted chips are held for the next message (set by app.tui.paste_chips): Enter in an
+        #: empty box then sends them alone
+        self.holding = False
+        #: the keys in use (set by the app from [keys]): which send and which insert a newline
+        self.keymap: KeyMap = keymap_for(None)
+
+    def use_keys(self, keymap: KeyMap) -> None:
+        """The keys in use ([keys]): which send, which insert a newline; and the chat's own keys win over
+        the box's editing keys (a TextArea takes ctrl+e to the line's end and ctrl+y to redo: a key the user
+        gave an action in the config must reach it)."""
+        self.keymap = keymap
+        taken = keymap.chat_keys()
+        bindings = self._bindings.copy()
+        for key_name in taken & set(bindings.key_to_bindings):
+            kept = [b for b in bindings.key_to_bindings[key_name] if b.id == "cancel"]
+            if kept:
+                bindings.key_to_bindings[key_name] = kept
+            else:
+                del bindings.key_to_bindings[key_name]
+        self._bindings = bindings
 
     # -- edit mode ------------------------------------------------------------------------------
 
@@ -175,14 +200,18 @@ class PromptInput(TextArea):
         self.focus()
 
     def remember(self, text: str) -> None:
-        """Add a sent prompt to the recall list (no consecutive duplicates)."""
+        """Add a sent prompt to the recall list (no consecutive duplicates, nothing for a message of
+        held files alone)."""
+        if not text.strip():
+            self._recall = None
+            return
         if not self.sent or self.sent[-1] != text:
             self.sent.append(text)
         self._recall = None
 
     async def _on_key(self, event: events.Key) -> None:
         key = event.key
-        if key == "enter":
+        if key in self.keymap.of("send"):
             event.stop()
             event.prevent_default()
             text = self.text
@@ -190,14 +219,17 @@ class PromptInput(TextArea):
                 reply = text[len(REPLY_PREFIX):] if self.replying and text.startswith(REPLY_PREFIX) else None
                 self.post_message(self.Submitted(self, text, self.editing, reply))
                 self.replying = False  # its text went with the Enter (as the /reply command)
-            elif text:
+                return
+            if text:
                 self.load_text("")  # whitespace alone is not a message, and must not lead the next one
+            if self.holding and not self.editing and not self.replying:
+                self.post_message(self.Submitted(self, ""))  # a held paste or file is the message
             return
         if key == "tab" and self._complete_at():
             event.stop()
             event.prevent_default()
             return
-        if key in ("shift+enter", "ctrl+j"):
+        if key in self.keymap.of("newline"):
             event.stop()
             event.prevent_default()
             self.insert("\n")
