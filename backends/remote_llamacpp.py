@@ -154,6 +154,7 @@ class LlamaCppStream:
         if event.get("stop"):
             self._done = True
             counts.finish = _FINISH.get(str(event.get("stop_type", "")), "stop")
+            counts.said = f'stop_type "{str(event.get("stop_type", ""))[:100]}"'
         return ids
 
     def _recover(self, missing: int, content: str, sent: list[int]) -> list[int]:

@@ -64,6 +64,9 @@ class TurnStats:
     #: the kept ones are counted in completion_tokens like every other id (0 and 0: no speculation)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    #: what the engine's state cache did for the prompt (backends.state_keeper): "loaded N ids from disk in T s",
+    #: "none (why)"; "" = nothing to say (states off, a server, or the engine's own cache served it)
+    state: str = ""
     #: the constraint the reply was held to (backends.constraint.describe: "json schema", "regex /.../"; "" =
     #: none) and the milliseconds its masks took in the engine (0 where the engine masks nothing: a server)
     constraint: str = ""
@@ -149,7 +152,7 @@ class TurnOutcome:
         """The outcome of a turn that generated and committed a reply ending with ``finish_reason``."""
         if finish_reason == "cancelled":
             return cls(STOPPED)
-        if finish_reason == "error":
+        if finish_reason == "error" or error:  # an engine's error, or a reply it cut short (a server's cap)
             return cls(FAILED, error or "")
         return cls(ANSWERED)
 

@@ -66,6 +66,8 @@ class Turn:
         self.last_at: float | None = None
         self.finish = ""  # "" until decided; still "" at the end means cancelled
         self.ended = False  # the stream ran to its end (stop id, length, or the backend finished)
+        #: why the engine ended the reply short of its own accord (a server's abort or limit): the turn's error
+        self.cut: str | None = None
         self.flushed = False
         self.verified = True  # every generation of this turn matched the backend's own count
         self.prior_reasoning = 0  # reasoning ids of the reply's earlier part (a continued reply), for the budget
@@ -90,12 +92,16 @@ class Turn:
         if self.prior is None and not self.prior_ids:
             self.prompt = head
             return
-        events = self.think.feed("".join(self.decoder.feed(t) for t in self.prior_ids))
+        events, reasoning = [], 0
+        for token in self.prior_ids:  # id by id, counting reasoning ids as _generate does
+            before = self.think.in_reasoning
+            events += self.think.feed(self.decoder.feed(token))
+            reasoning += before or self.think.in_reasoning
         if self.prior is None:  # the opening is this reply's first text (not yielded: the caller shows it)
             self._keep(events)
             self.opening = "".join(self.content) or self.opening
-        else:
-            self.prior_reasoning = self.prior.stats.reasoning_tokens if self.prior.stats else 0
+        else:  # a reply cut before its stats were stored (a kill) counts its reasoning from its ids
+            self.prior_reasoning = self.prior.stats.reasoning_tokens if self.prior.stats else reasoning
         rendered = replace(head.rendered, text=head.text + tokenizer.decode(self.prior_ids))
         self.prompt = BuiltPrompt(rendered, list(head.ids) + self.prior_ids, head.reused)
 
@@ -124,6 +130,7 @@ class Turn:
                 self.finish = "cancelled"  # the caller stopped reading, or cancel() was called
             self._flush()  # text still held back is kept even when it cannot be yielded now
             stats = self._commit()
+            error = error if error is not None else self.cut
             self.outcome = TurnOutcome.after(self.finish, error)
         if error is not None:
             yield ReplyEvent("error", error)
@@ -178,7 +185,7 @@ class Turn:
                         break
                 else:
                     if not self.cancel.is_set():
-                        self.finish = "length" if len(self.reply_ids) >= sampling.max_tokens else "stop"
+                        self.finish = self._engine_finish(ids.stats, sampling.max_tokens, noticed)
             finally:
                 ids.close()
                 # a remote backend checks the ids it passed on against the server's count (backends.remote)
@@ -193,6 +200,24 @@ class Turn:
             return  # cancelled: run()'s finally marks it and keeps the held-back text
         self.ended = True
         yield from self._emit(self._flush(), keep=False)
+
+    def _engine_finish(self, stats: GenerationStats, max_tokens: int, noticed: str = "") -> str:
+        """Why the reply ended when the engine's ids ran out: the engine's own reason, set once by the engine
+        (a server's cap is "length"), not worked out again here.  A reply the engine cut (an "error" of its
+        own, or a "length" before the ``max_tokens`` asked for) gets :attr:`cut`, one line (the engine's
+        notice where it gave one not ``noticed`` already), so it is reported as a failure, stored with that
+        reason and can be continued.  Ids that ran out with no reason given end the reply as before."""
+        reason = stats.finish_reason
+        if reason not in ("stop", "length", "error"):  # the ids ran out with no reason given: the end of the reply
+            return "length" if len(self.reply_ids) >= max_tokens else "stop"
+        if reason == "error" or (reason == "length" and len(self.reply_ids) < max_tokens):
+            n = len(self.reply_ids)
+            said = stats.notice if stats.notice != noticed else ""  # a notice given already is not the reason
+            self.cut = said or (
+                f"the engine ended the reply after {n} id{'s' if n != 1 else ''}, before the {max_tokens} asked for "
+                f"({'a failure of its own' if reason == 'error' else 'a limit of its own'}); the reply so far is "
+                "kept as cut and can be continued")
+        return reason
 
     def _close_think(self) -> Iterator[ReplyEvent]:
         """Append the end-of-thinking ids to the reply as if generated (the reasoning budget is spent)."""
@@ -240,7 +265,7 @@ class Turn:
             c.messages.append(message)
         else:
             message = prior
-            stats = merge_stats(prior.stats, stats) if prior.stats is not None else stats
+            stats = merge_stats(prior.stats if prior.stats is not None else self._unrecorded_part(stats), stats)
             message.content += "".join(self.content)
             message.reasoning += "".join(self.reasoning)
             message.stats, message.finish_reason, message.reply_ids = stats, self.finish, all_ids
@@ -249,6 +274,27 @@ class Turn:
         c._builder.remember(self.head, all_ids)
         c._tail = (message, self.head)
         return stats
+
+    def _unrecorded_part(self, stats: TurnStats) -> TurnStats:
+        """The part of a continued reply whose stats were never stored (it was cut by a kill, or is being
+        written by another window), as far as its ids tell: the prompt it answered (``head``, plus the
+        user's opening) and its ids as completion.  Of the prompt ids this turn evaluated (``stats``), the
+        last ones are the reply's own (evaluated again to continue, kept in ``stats``); those before them
+        are the prompt's, the work that part would have shown.  Changes ``stats`` to keep only its own."""
+        prior = self.prior
+        assert prior is not None and self.head is not None
+        n_ids = len(self.prior_ids)
+        opening = min(len(self.conversation.tokenizer.encode(prior.opening)), n_ids) if prior.opening else 0
+        generated = n_ids - opening
+        again = min(stats.new_prompt_tokens, generated)
+        first = TurnStats(
+            new_prompt_tokens=stats.new_prompt_tokens - again, prompt_tokens=len(self.head.ids) + opening,
+            completion_tokens=generated, reasoning_tokens=self.prior_reasoning, opening_tokens=opening,
+            context_used=len(self.head.ids) + n_ids, context_limit=stats.context_limit,
+            finish_reason=prior.finish_reason or "interrupted", backend=stats.backend, device=stats.device,
+            model=stats.model, template=stats.template, sampling=stats.sampling)
+        stats.new_prompt_tokens = again
+        return first
 
     def stats_now(self) -> TurnStats:
         """This turn's accounting as it stands (a refused turn: nothing sent, nothing generated)."""

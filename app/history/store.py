@@ -6,8 +6,10 @@ message is committed before generation starts, a reply is inserted as
 while it streams, and is finished at the end.  WAL mode plus
 ``synchronous=FULL`` means a ``kill -9`` at any moment leaves every committed
 turn readable, and ``busy_timeout`` lets two tokchat processes share the file.
-A reply being written carries its writer's pid; one whose writer died is
-marked ``"interrupted"`` the next time the database is opened.
+A reply being written carries its writer's pid; one whose writer died reads as
+``"interrupted"`` at once (a read-only reader too) and is marked so the next time the
+database is opened for writing.  A reply being continued is written again the same way
+(:meth:`ChatStore.reopen_reply`), so a kill keeps what it had printed.
 
 Schema changes are forward migrations keyed by ``PRAGMA user_version``; a
 database from a newer tokchat is refused rather than guessed at.
