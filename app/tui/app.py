@@ -352,6 +352,22 @@ class ChatApp(App):
                                   chat.context_size, getattr(info, "caveat", ""))
         self.meter.limit = chat.context_size
 
+    def use_template(self, name: str) -> str | None:
+        """Chat on with the template ``name`` (``/template``; a reopened conversation stored with another):
+        a new session with the same turns and every setting (:meth:`ChatSession.with_template`).  Returns
+        the resolver's notice (``auto`` fell back); raises TemplateError (one line) for a name the model
+        cannot use."""
+        from templates import resolve_template
+
+        chat = self.chat
+        assert chat is not None
+        template, notice = resolve_template(name, chat.tokenizer)
+        chat.session = chat.session.with_template(template)
+        chat.template = template
+        self.show_model()
+        self.update_meter()
+        return notice
+
     async def on_chat_app_model_load_failed(self, message: ModelLoadFailed) -> None:
         self._loading = None
         bar = self.query_one(ModelBar)

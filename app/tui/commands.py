@@ -92,27 +92,21 @@ class SlashCommands:
                     if arg else "System prompt cleared")
 
     async def cmd_template(self, arg: str) -> None:
-        from templates import TemplateError, resolve_template
+        """``/template NAME``: the session goes on with another template, and the stored conversation says so
+        (its export, a fork and a reopen render the turns as they were sent)."""
+        from templates import TemplateError
 
         host = self.host
-        session = host.need_session("template")
+        host.need_session("template")
         if not arg:
             raise SlashError("/template needs a name: auto | model | chatml | llama3 | gemma")
-        chat = host.chat
         try:
-            template, notice = resolve_template(arg, chat.tokenizer)
+            notice = host.use_template(arg)
         except TemplateError as exc:
             raise SlashError(str(exc)) from None
-        chat.session = self.rebuild_session(session, template)
-        chat.template = template
-        host.show_model()
-        host.update_meter()
-        host.notify(notice or f"Template: {template.name}")
-
-    def rebuild_session(self, session: Any, template: Any) -> Any:
-        """A new ChatSession with another template and the same turns and every setting (the
-        reasoning budget, the tools... : :meth:`ChatSession.with_template` carries them all)."""
-        return session.with_template(template)
+        name = host.chat.template.name
+        self.history.set_template(name)
+        host.notify(notice or f"Template: {name}")
 
     def _sampling_handler(self, name: str) -> Handler:
         async def run(arg: str) -> None:

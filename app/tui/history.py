@@ -74,11 +74,6 @@ class Deleted:
     """A conversation deleted in this window, as it was stored: what ctrl+z puts back."""
 
     conversation: Any
-    #: it was the conversation this window recorded into; ``tip_id``: this window's place in it
-    on_screen: bool
-    tip_id: int | None
-    #: :attr:`ChatHistory._shown` when it was deleted: the screen still shows it while they are equal
-    shown: int
 
 
 class ChatHistory:
@@ -95,9 +90,6 @@ class ChatHistory:
         self.recorder: Any = None
         #: conversations deleted here, the last one last (ctrl+z restores it); kept until quit
         self.trash: list[Deleted] = []
-        #: counts what the screen was switched to (a new chat, a resumed one): an undo only goes on
-        #: recording into a restored conversation when the screen never left it
-        self._shown = 0
         #: a store to look in when the recorder switched itself off (it then has none)
         self._lookup: Any = None
         #: why the last message on screen cannot be acted on (a reply another window is writing, a message
@@ -206,7 +198,8 @@ class ChatHistory:
             else:
                 self.recorder.on_user(message)
         new = self.recorder.conversation_id
-        self.host.notify(f"Conversation #{gone} was deleted in another window: what this window shows is "
+        where = "" if any(d.conversation.info.id == gone for d in self.trash) else " in another window"
+        self.host.notify(f"Conversation #{gone} was deleted{where}: what this window shows is "
                          f"saved as a new conversation (#{new}), and the chat goes on there",
                          severity="warning", timeout=12)
         return True
@@ -316,6 +309,13 @@ class ChatHistory:
             self._still_stored()
             self.recorder.set_system(text)
 
+    def set_template(self, name: str) -> None:
+        """``/template``: stored with the conversation, so its export, a fork and a reopen say (and render
+        with) the template its turns were sent with."""
+        if self.recorder is not None:
+            self._still_stored()
+            self.recorder.update(template=name)
+
     def fork(self, kept: list) -> int | None:
         """``/fork``: a new stored conversation of ``kept``, linked to this one; its id (None: not stored)."""
         if self.recorder is None:
@@ -329,7 +329,6 @@ class ChatHistory:
         return None
 
     def new_conversation(self) -> None:
-        self._shown += 1
         self.tail_reason = None
         if self.recorder is not None:
             session = self.host.session
@@ -406,8 +405,8 @@ class ChatHistory:
 
     def delete(self, conv_id: int, title: str) -> None:
         """Ask (a dialog no typed word can answer), then delete and keep it in :attr:`trash`, so
-        that ctrl+z brings it back; deleting the conversation on screen makes the next message
-        start a new one."""
+        that ctrl+z brings it back; the conversation on screen stays on screen when deleted, and the
+        next message saves it as a new conversation (:meth:`_still_stored`)."""
         recorder = self.recorder
         on_screen = recorder is not None and recorder.conversation_id == conv_id
         if on_screen and self.host.generating:
@@ -425,7 +424,6 @@ class ChatHistory:
         from app.history.store import StoreError
 
         store = self.store
-        recorder = self.recorder
         try:
             conversation = store.load(conv_id)
             store.delete(conv_id)
@@ -433,10 +431,10 @@ class ChatHistory:
             self.host.notify(str(exc), severity="error")
             self.refresh()
             return
-        on_screen = recorder is not None and recorder.conversation_id == conv_id
-        self.trash.append(Deleted(conversation, on_screen, recorder.tip_id if on_screen else None, self._shown))
-        if on_screen:
-            recorder.start_new()
+        # the conversation on screen stays on screen: the next write saves what it shows as a new conversation
+        # (:meth:`_still_stored`), as after a deletion in another window, so that the stored conversation
+        # holds every message the model answers from
+        self.trash.append(Deleted(conversation))
         self.refresh()
         self.host.notify(f"Deleted “{title}” · ctrl+z in the history brings it back (until you quit)", timeout=15)
 
@@ -455,10 +453,7 @@ class ChatHistory:
             self.trash.append(deleted)
             self.host.notify(str(exc), severity="error")
             return
-        recorder = self.recorder
-        if (deleted.on_screen and deleted.shown == self._shown and recorder is not None
-                and recorder.conversation_id is None and recorder.tip_id is None):
-            recorder.resume(info.id, deleted.tip_id)  # still on screen, nothing stored since: it goes on there
+        # deleted while on screen and nothing written since: the recorder records into it again
         self.refresh()
         self.host.notify(f"Restored “{info.title or '(untitled)'}”")
 
@@ -483,6 +478,22 @@ class ChatHistory:
         if chat is None or theirs is None or theirs == vocabulary_fingerprint(chat.tokenizer):
             return ""
         return info.model_name or Path(info.model_path).name or "another model"
+
+    def _use_stored_template(self, name: str) -> None:
+        """A reopened conversation goes on with the template it was stored with (``/template``), so that its
+        stored counts and the meter agree; a template file this window cannot name again is said."""
+        from templates import NAMES, TemplateError
+
+        chat = self.host.chat
+        if not name or chat is None or name == chat.template.name:
+            return
+        try:
+            if name not in NAMES:
+                raise TemplateError(f"it was written with the template {name!r}, which only --template-file can load")
+            self.host.use_template(name)
+        except TemplateError as exc:
+            self.host.notify(f"The conversation goes on with the template {chat.template.name}: {exc}",
+                             severity="warning", timeout=10)
 
     async def resume_conversation(self, conv_id: int) -> None:
         """Show a stored conversation and continue it with the loaded model."""
@@ -509,7 +520,6 @@ class ChatHistory:
         messages, branches = from_links([(m.id, m.parent_id, c) for m, c in zip(stored, chat_messages)],
                                         [m.id for m in settled if m.role != "system"])
         host.end_edit("another conversation opened")
-        self._shown += 1
         self.tail_reason = tail_reason(tail)
         await host.chat_view.show_messages(messages, tail=[m.to_chat_message() for m in tail],
                                            tail_note=NO_REPLY if tail and tail[-1].role == "user" else "")
@@ -518,6 +528,9 @@ class ChatHistory:
         if session is None:
             host.notify("Showing a stored chat; load a model (/model PATH) to continue it", severity="warning")
             return
+        if not switched:  # another vocabulary goes on with its own model's template
+            self._use_stored_template(conversation.info.template)
+            session = host.session  # a new one when the template changed
         session.set_system(conversation.info.system_prompt)
         session.load_messages(messages, branches)
         if self.recorder is not None:
