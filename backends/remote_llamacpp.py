@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Callable, Collection, Sequence
 
 from backends.base import DraftCounts, SamplingParams
+from backends.constraint import server_fields
 from backends.remote_protocol import Request, ServerCounts, ServerInfo
 
 #: llama-server's stop_type -> our finish reason
@@ -199,6 +200,7 @@ class LlamaCppAdapter:
             "timings_per_token": True,
             "return_progress": True,  # prompt_progress events while a long prompt is evaluated
             **sampling_fields(sampling, seed),
+            **server_fields(sampling.constraint, self.kind),  # json_schema / grammar (backends.constraint)
         }
         return Request("POST", "/completion", body)
 

@@ -199,10 +199,11 @@ class ToolLoop:
     def _room(self, before: int, results: int) -> int:
         """Tokens the next result may take: ``tools.result_tokens``, or less if the context has less left
         after the conversation so far, ``before`` tokens of this step's earlier results, the markup of
-        ``results`` results and the generation prompt, and the room the reply is given (as
-        :func:`app.conversation.fit.fit` keeps it: ``max_tokens``, at most the context)."""
+        ``results`` results and the generation prompt, and the reply's room: ``max_tokens`` (what
+        :func:`app.conversation.fit.fit` keeps; more would make it leave earlier messages out), but at
+        most half the context (a ``max_tokens`` as large as the context would leave a result nothing)."""
         s = self.session
-        reply = min(s.sampling.max_tokens, s.context_size)
+        reply = min(s.sampling.max_tokens, s.context_size // 2)
         left = s.context_size - s.context_used - before - MARKUP_TOKENS * (results + 1) - reply
         return max(0, min(self.settings.result_tokens, left))
 
