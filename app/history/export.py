@@ -11,7 +11,9 @@ carrying its ``id`` and its ``parent`` so the tree comes back on import.
 
 Markdown puts reasoning in a collapsed ``<details>`` block above the answer
 and a one-line stats footer under each reply; tool calls and tool results
-are collapsed ``<details>`` blocks too (JSON arguments, the result as text).
+are collapsed ``<details>`` blocks too (JSON arguments, the result as text).  Message text goes
+through :func:`app.history.markdown_text.contained`, so the ``##`` turn headings are exactly the
+stored turns; an import is checked (types, nesting, times, integer ranges) before anything is stored.
 A message's tool fields travel in JSON as ``"tool"`` (absent in older exports).
 """
 from __future__ import annotations
