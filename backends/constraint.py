@@ -364,6 +364,46 @@ def check_reply(constraint: OutputConstraint, text: str) -> str | None:
     return None
 
 
+def refuse_format(engine: str, why: str) -> None:
+    """Raise the one line an engine that cannot hold a reply format gives (OpenVINO, MLX for now)."""
+    from backends.base import BackendError
+
+    raise BackendError(f"{engine} cannot hold a reply to a format ({why}): use the llama.cpp backend "
+                       "(--backend cpu) or a server for --json / --json-schema / --regex / --grammar")
+
+
+def server_fields(constraint: OutputConstraint | None, server: str) -> dict[str, Any]:
+    """The request fields that carry ``constraint`` to a server of kind ``server`` ("llamacpp", "vllm",
+    "sglang"); {} without one.  A constraint the server's API cannot take is a BackendError (one line).
+
+    llama-server: ``json_schema`` (it converts the schema to GBNF itself) or ``grammar`` (GBNF only: a
+    Lark grammar needs a server built with llguidance, which tokchat cannot see); vLLM:
+    ``structured_outputs`` (``json``, ``regex``, ``grammar``); SGLang: ``json_schema``, ``regex``, ``ebnf``.
+    """
+    if constraint is None:
+        return {}
+    from backends.base import BackendError
+
+    kind, source = constraint.kind, constraint.source or ANY_JSON
+    if server == "llamacpp":
+        if kind in ("json", "json_schema"):
+            return {"json_schema": json.loads(source)}
+        if kind == "grammar" and is_gbnf(source):
+            return {"grammar": source}
+        what = "regex" if kind == "regex" else "Lark grammar"
+        raise BackendError(f"llama-server takes no {what}: give it as a GBNF --grammar (root ::= ...), or run "
+                           "the model locally (--model without --server)")
+    if server == "vllm":
+        field_name = {"json": "json", "json_schema": "json", "regex": "regex", "grammar": "grammar"}[kind]
+        value: Any = json.loads(source) if kind in ("json", "json_schema") else source
+        return {"structured_outputs": {field_name: value}}
+    if server == "sglang":
+        if kind in ("json", "json_schema"):
+            return {"json_schema": source}
+        return {"regex": source} if kind == "regex" else {"ebnf": source}
+    raise BackendError(f"a {server} server takes no reply format from tokchat")
+
+
 def reply_verdict(constraint: OutputConstraint, text: str, finish_reason: str, where: str = "") -> str | None:
     """One line for the user about a finished constrained reply, None when it matches.
 
@@ -379,8 +419,8 @@ def reply_verdict(constraint: OutputConstraint, text: str, finish_reason: str, w
     problem = check_reply(constraint, text)
     if problem is None:
         return None
-    return f"{where}'s reply does not conform: {problem}" if where else problem
+    return f"the reply from {where} does not conform: {problem}" if where else problem
 
 
 __all__ = ["ConstraintError", "ConstrainedReply", "GrammarVocabulary", "VocabularyCache", "check_reply",
-           "describe", "grammar_text", "is_gbnf", "parse_constraint", "reply_verdict", "KINDS", "MAX_SOURCE_BYTES"]
+           "describe", "grammar_text", "is_gbnf", "parse_constraint", "refuse_format", "reply_verdict", "server_fields", "KINDS", "MAX_SOURCE_BYTES"]

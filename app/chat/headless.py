@@ -118,6 +118,9 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     if event.stats.finish_reason == "cancelled":
                         status = EXIT_INTERRUPTED
                     reply_out.end()
+                    verdict = _format_verdict(session, event.stats.finish_reason)
+                    if verdict:
+                        print(f"tokchat: {verdict}", file=err)
                     if caught:  # before the stats, which stay the last line
                         stored = getattr(recorder, "enabled", False) and getattr(recorder, "conversation_id", None)
                         print(_stopped_line(caught[0], stored or None), file=err)
@@ -139,6 +142,19 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
             tools.close()
         session.backend.close()
     return status
+
+
+def _format_verdict(session: ChatSession, finish_reason: str) -> str | None:
+    """One line when the reply was held to a format (``--json-schema`` ...) and is incomplete or does not
+    conform (checked again here, with the ``jsonschema`` package for a schema); None otherwise."""
+    constraint = session.sampling.constraint
+    if constraint is None or not session.messages or session.messages[-1].role != "assistant":
+        return None
+    from backends.constraint import reply_verdict
+
+    info = session.backend.info
+    where = info.device if info.backend == "remote" else ""
+    return reply_verdict(constraint, session.messages[-1].content, finish_reason, where)
 
 
 def _stopped_line(signum: int, conversation: int | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import BinaryIO
 
 from app.cli.ids import conversation_id
@@ -100,6 +101,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--api-key", help="the server's API key, sent as a bearer token (or set TOKCHAT_API_KEY)")
     add("--trust-server-vocab", action="store_true", default=None,
         help="skip the check that the server's token ids are ours")
+    shape = parser.add_argument_group(
+        "reply format", "Hold the reply to a shape while it is sampled (llguidance over tokchat's own vocabulary; "
+        "a server gets it in its own field); the reply is checked again after it ends (docs/structured.md)")
+    formats = shape.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", default=False, help="the reply is one JSON value")
+    formats.add_argument("--json-schema", metavar="FILE|JSON", help="the reply is JSON valid under this JSON Schema "
+                         "(a file, or the schema itself)")
+    formats.add_argument("--regex", metavar="PATTERN", help="the reply matches this regular expression whole")
+    formats.add_argument("--grammar", metavar="FILE", help="the reply is a sentence of this grammar (Lark, or "
+                         "llama.cpp's GBNF)")
 
 
 #: flags of the local engine only: (dest, the flag as typed)
@@ -111,6 +122,20 @@ def local_engine_flags(args: argparse.Namespace) -> str:
     """The local-engine flags given on this command line, in words ("--gpu-layers and --draft-model"), or ""."""
     given = [flag for dest, flag in LOCAL_ENGINE_FLAGS if getattr(args, dest, None) is not None]
     return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+
+
+def _reply_format(args: argparse.Namespace):
+    """The constraint of ``--json`` / ``--json-schema`` / ``--regex`` / ``--grammar`` (None: free text)."""
+    if not (args.json or args.json_schema is not None or args.regex is not None or args.grammar is not None):
+        return None
+    from app.chat.output_format import constraint_from_flags
+    from backends.constraint import ConstraintError
+
+    try:
+        return constraint_from_flags(json=args.json, json_schema=args.json_schema, regex=args.regex,
+                                     grammar=args.grammar)
+    except ConstraintError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 def read_stdin_prompt(stream: BinaryIO) -> str:
@@ -156,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt.strip() and not args.attach:
         what = "empty" if not args.prompt else "only whitespace"
         raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
+    constraint = _reply_format(args)  # a bad schema is refused here, before any engine work
     from app.chat.early import EarlyEngine
 
     early = EarlyEngine()
@@ -168,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         headless = args.prompt is not None or args.continue_reply
         # the TUI paints first: the preset match (which reads the model's header) runs in its load thread
         options = chat_options(args, preset=headless)
+        if constraint is not None:
+            options.sampling = replace(options.sampling, constraint=constraint)
         ignored = local_engine_flags(args) if options.server is not None else ""
         if ignored:
             print(f"tokchat: {ignored} set the local engine and do nothing with --server: the server's own "
