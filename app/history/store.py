@@ -462,6 +462,13 @@ class ChatStore:
             params.append(limit)
         return [self._info(r) for r in self._read(sql, tuple(params))]
 
+    def being_written(self) -> set[int]:
+        """The conversations holding a reply whose writer is alive now (another window, or this process):
+        the history list marks them, as opening one shows that reply as unsettled."""
+        rows = self._read("SELECT id, conversation_id, writer_pid FROM messages "
+                          "WHERE writer_pid IS NOT NULL AND finish_reason IS NULL")
+        return {r["conversation_id"] for r in rows if not self._writer_gone(r["id"], r["writer_pid"])}
+
     def last_conversation_id(self) -> int | None:
         found = self.list_conversations(limit=1)
         return found[0].id if found else None

@@ -390,7 +390,7 @@ class ChatHistory:
         from app.history.store import StoreError
 
         try:
-            sidebar.show(self.store.list_conversations(search or None))
+            sidebar.show(self.store.list_conversations(search or None), self.store.being_written())
         except StoreError as exc:
             self.host.notify(str(exc), severity="error")
 

@@ -19,6 +19,7 @@ from screen_text import drawn, toasts, words
 from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
 from app.history.store import ChatStore
+from app.tui.widgets.history_sidebar import HistorySidebar
 
 pytestmark = pytest.mark.anyio
 
@@ -73,13 +74,15 @@ async def first_turn(pilot) -> int:
     return pilot.app.history.recorder.conversation_id
 
 
-async def open_from_history(pilot) -> None:
-    """Ctrl+B, then Enter on the newest conversation (the one window A writes into)."""
+async def open_from_history(pilot) -> str:
+    """Ctrl+B, then Enter on the newest conversation (the one window A writes into); the list as drawn."""
     await pilot.press("ctrl+b")
     await pilot.pause()
+    listed = words(drawn(pilot.app, pilot.app.query_one(HistorySidebar), inside=True))
     await pilot.press("enter")
     await wait_for(pilot, lambda: STORY in drawn(pilot.app, pilot.app.chat_view), what="the conversation to open")
     await pilot.pause()
+    return listed
 
 
 async def test_a_reply_another_window_is_writing_is_marked_and_never_continued_here(scripted_app, store, tmp_path):
@@ -88,7 +91,8 @@ async def test_a_reply_another_window_is_writing_is_marked_and_never_continued_h
         conv = await first_turn(pilot)
         writer = start_writer(tmp_path, store.path, conv, "reply")
         try:
-            await open_from_history(pilot)
+            listed = await open_from_history(pilot)
+            assert "a reply is being written" in listed  # the list says so before it is opened
             screen = words(drawn(app, app.chat_view))
             assert "Once upon" in screen
             assert "being written in another window" in screen  # not shown as a finished reply
@@ -124,7 +128,7 @@ async def test_a_reply_cut_by_sigkill_reopens_marked_as_cut(scripted_app, store,
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         conv = await first_turn(pilot)
         kill(start_writer(tmp_path, store.path, conv, "reply"))
-        await open_from_history(pilot)
+        assert "being written" not in await open_from_history(pilot)  # its writer is gone: it was cut
         reply = app.chat_view.last_assistant()
         assert reply.content == "Once upon"
         assert "cut off: tokchat stopped while writing it" in words(drawn(app, reply))

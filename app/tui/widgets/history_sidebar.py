@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Collection, Sequence
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -42,14 +42,18 @@ def _fork_note(info) -> str:
         f" · fork of #{info.forked_from}"
 
 
-class ConversationItem(ListItem):
-    """One row: title, then date, model and message count."""
+#: on the row of a conversation whose last reply a window is still writing
+WRITING_NOTE = " · ✎ a reply is being written"
 
-    def __init__(self, info) -> None:
+
+class ConversationItem(ListItem):
+    """One row: title, then date, model and message count (and whether a reply is being written in it)."""
+
+    def __init__(self, info, writing: bool = False) -> None:
         super().__init__(Label(info.title or "(untitled)", markup=False, classes="title"),
                          Label(f"{_when(info.updated_at)} · {info.model_name or '-'} · "
                                f"{info.message_count} msgs"
-                               + _fork_note(info),
+                               + _fork_note(info) + (WRITING_NOTE if writing else ""),
                                markup=False, classes="meta"))
         self.info = info
 
@@ -135,12 +139,13 @@ class HistorySidebar(Vertical):
         self.query_one(".hint-here", Static).update(history_hint(keys))
         self.query_one(".hint-away", Static).update(history_away_hint(keys))
 
-    def show(self, conversations: Sequence) -> None:
-        """Replace the rows (keeps the highlighted conversation when it is still there)."""
+    def show(self, conversations: Sequence, writing: Collection[int] = ()) -> None:
+        """Replace the rows (keeps the highlighted conversation when it is still there); ``writing``: the ids
+        of conversations with a reply being written now."""
         view = self.query_one(ListView)
         current = self.highlighted_id()
         view.clear()
-        view.extend(ConversationItem(info) for info in conversations)
+        view.extend(ConversationItem(info, info.id in writing) for info in conversations)
         index = next((i for i, info in enumerate(conversations) if info.id == current), 0)
         if conversations:
             view.index = index
