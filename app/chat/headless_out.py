@@ -3,7 +3,7 @@
 * **Inert on a terminal, exact to a pipe.**  A reply is the model's text, and a server's
   error, a tool's output or the reasoning is someone else's: any of them may hold escape
   sequences (``ESC ] 0 ;`` retitles the window, ``ESC [ 2 J`` clears it).  Written to a
-  terminal, their controls are shown as text (``\\x1b``, :func:`app.cli.terminal.shown`),
+  terminal, their controls are shown as text (``\\x1b``, :func:`app.tools.display.printable`),
   as ``ls``, ``git`` and the TUI do; written to a pipe or a file they stay exact, since a
   script reading them wants the bytes the model produced.
 * **One line each on a shared terminal.**  When stdout and stderr are the same terminal, a
@@ -17,8 +17,15 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, TextIO
 
-from app.cli.terminal import is_terminal
 from app.tools.display import printable
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (a closed or file-less stream is not), as :mod:`app.cli.terminal` asks."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def shared_terminal(out: TextIO, err: TextIO) -> bool:
