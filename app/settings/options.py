@@ -54,8 +54,8 @@ class ChatOptions:
     theme: str = "textual-dark"
     #: more directories ``tokchat models`` lists models from
     model_dirs: list[Path] = field(default_factory=list)
-    #: TUI action -> Textual key name (send, newline, cancel, new_chat, toggle_sidebar,
-    #: toggle_thinking, regenerate, edit_last, quit); see configs/default.toml [keys]
+    #: TUI action -> Textual key names, comma-separated (the names and defaults: app.tui.keys, documented in
+    #: configs/default.toml [keys]); the TUI's keymap
     keys: dict[str, str] = field(default_factory=dict)
     #: name of the model preset applied (configs/models/NAME.toml), if one matched
     preset: str | None = None
