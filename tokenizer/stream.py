@@ -43,8 +43,16 @@ class StreamDecoder:
         """Add several ids at once."""
         return "".join(self.feed(t) for t in ids)
 
-    def finalize(self) -> str:
-        """Flush: an incomplete character left at the end becomes U+FFFD (as in ``decode``)."""
-        tail = self._utf8.decode(b"", final=True)
+    def finalize(self, *, continuable: bool = False) -> str:
+        """Flush: an incomplete character left at the end becomes U+FFFD (as in ``decode``).
+
+        ``continuable``: the reply was cut (by ``max_tokens``, a cancel or a
+        failure) and may be continued.  The bytes of a character still arriving are then
+        dropped, not turned into U+FFFD: they stay in the reply's ids, a
+        decoder fed the same ids holds them again, and the continuation
+        completes the character, so cut + continuation is, byte for byte, the
+        text of the reply generated in one go.
+        """
+        tail = "" if continuable else self._utf8.decode(b"", final=True)
         self._utf8.reset()
         return tail

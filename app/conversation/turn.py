@@ -243,7 +243,9 @@ class Turn:
         if self.flushed or self.think is None:
             return []
         self.flushed = True
-        tail = self.decoder.finalize()
+        # a cut reply (length, cancelled, error) may be continued: a character still arriving stays in its
+        # ids, not U+FFFD in its text, so the continuation completes it as the one-go reply does
+        tail = self.decoder.finalize(continuable=self.finish in ("length", "cancelled", "error"))
         events = (self.think.feed(tail) if tail else []) + self.think.finalize()
         self._keep(events)
         return events
