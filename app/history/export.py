@@ -278,6 +278,8 @@ def _stats_line(m: StoredMessage) -> str:
         parts.append(f"{m.tokens_per_s:.1f} tokens/s")
     if m.finish_reason and m.finish_reason != "stop":
         parts.append(m.finish_reason)
+    elif m.finish_reason is None:  # its writer is alive (a dead one's reads as interrupted): not finished
+        parts.append("being written, unfinished")
     if m.stats and m.stats.get("parts"):  # a continued reply (/continue)
         parts.append(f"{len(m.stats['parts'])} parts: " + " + ".join(str(p.get("completion_tokens")) for p in m.stats["parts"]))
     return " · ".join(parts)
