@@ -43,7 +43,7 @@ class SlashCommands:
             "new": self.cmd_new, "clear": self.cmd_clear, "system": self.cmd_system,
             "template": self.cmd_template, "copy": self.cmd_copy, "export": self.cmd_export,
             "stats": self.cmd_stats, "server": self.cmd_server, "help": self.cmd_help,
-            "regen": self.cmd_regen, "edit": self.cmd_edit,
+            "regen": self.cmd_regen, "edit": self.cmd_edit, "format": self.cmd_format,
             **{name: self._sampling_handler(name) for name in SAMPLING if name in COMMANDS},
             **features,
         }
@@ -121,6 +121,26 @@ class SlashCommands:
             raise SlashError(f"/{name} needs a loaded model: open one with /model PATH.gguf")
         session.sampling = apply_sampling(session.sampling, name, arg)
         self.host.notify(f"{SAMPLING[name]} = {getattr(session.sampling, SAMPLING[name])}")
+
+    async def cmd_format(self, arg: str) -> None:
+        """``/format json|schema FILE|regex P|grammar FILE|off``: the next replies are held to it (a turn copies
+        the sampling settings when it starts); a model opened later keeps it, the model bar shows it."""
+        from dataclasses import replace
+
+        from app.chat.output_format import constraint_from_command
+        from app.tui.widgets.model_bar import ModelBar
+        from backends.constraint import ConstraintError, describe
+
+        host = self.host
+        session = host.need_session("format")
+        try:
+            constraint = constraint_from_command(arg)
+        except ConstraintError as exc:
+            raise SlashError(str(exc)) from None
+        session.sampling = replace(session.sampling, constraint=constraint)
+        host.options.sampling = replace(host.options.sampling, constraint=constraint)
+        host.query_one(ModelBar).reply_format = describe(constraint)
+        host.notify(f"Replies held to {describe(constraint)}" if constraint else "Replies are free text again")
 
     async def cmd_regen(self, arg: str) -> None:
         await self.regenerate()

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "repeat_penalty": ("X", "penalty for repeated tokens (1 = off)"),
     "max_tokens": ("N", "most tokens in one reply"),
     "seed": ("N|none", "random seed"),
+    "format": ("json|schema FILE|regex P|grammar FILE|off", "hold the replies to JSON, a JSON Schema, a regex or "
+               "a grammar while they are sampled (shown in the model bar); off: free text"),
     "regen": ("", "regenerate the last reply"),
     "continue": ("", "continue the last reply (cut by max_tokens or stopped) from its ids (Ctrl+L)"),
     "reply": ("[TEXT]", "a new reply to the last prompt that starts with TEXT (the model continues it); "

@@ -30,10 +30,14 @@ class ModelBar(Static):
     #: a download running beside the chat (:mod:`app.tui.pull`): its progress line, else ""
     download: reactive[str] = reactive("")
 
+    #: the reply format ``/format`` holds replies to (backends.constraint.describe), else ""
+    reply_format: reactive[str] = reactive("")
+
     def render(self) -> str:
+        held = f"format: {self.reply_format}  ·  " if self.reply_format else ""  # before the long model text
         if self.download:  # first: the bar is one line, and the model's own text is long
-            return f"tokchat · {self.download}  ·  {self.text}"
-        return f"tokchat · {self.text}"
+            return f"tokchat · {self.download}  ·  {held}{self.text}"
+        return f"tokchat · {held}{self.text}"
 
     def watch_state(self, state: str) -> None:
         for name in ("loading", "ready", "failed"):
