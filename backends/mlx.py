@@ -144,6 +144,10 @@ class MLXBackend:
     ) -> Generation:
         if self._model is None or self._worker is None:
             raise BackendError("no model loaded")
+        if sampling.constraint is not None:
+            from backends.constraint import refuse_format
+
+            refuse_format("MLX", "its NumPy sampling chain does not apply the grammar's mask yet")
         n_ctx = self.info.context_size
         prompt = checked_prompt(prompt_ids, n_ctx)
         stops = frozenset(stop_ids)

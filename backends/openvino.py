@@ -220,6 +220,10 @@ class OpenVINOBackend:
         """``on_progress`` is never called: OpenVINO evaluates the prompt in one call (the module docstring)."""
         if self._pipe is None or self._worker is None:
             raise BackendError("no model loaded")
+        if sampling.constraint is not None:
+            from backends.constraint import refuse_format
+
+            refuse_format("OpenVINO", "its pipeline exposes no logits to mask")
         n_ctx = self.info.context_size
         prompt = checked_prompt(prompt_ids, n_ctx)
         max_new = min(sampling.max_tokens, n_ctx - len(prompt))

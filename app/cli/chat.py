@@ -182,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         what = "empty" if not args.prompt else "only whitespace"
         raise CLIError(f"no prompt: {where} was {what}; give the question with --prompt TEXT or pipe it on stdin")
     constraint = _reply_format(args)  # a bad schema is refused here, before any engine work
+    if constraint is not None and args.continue_reply:
+        raise CLIError("--continue cannot hold the rest of a reply to a format yet (the grammar would start "
+                       "again mid-value): continue without --json/--json-schema/--regex/--grammar")
     from app.chat.early import EarlyEngine
 
     early = EarlyEngine()

@@ -134,3 +134,12 @@ def test_openvino_says_in_one_line_that_a_format_needs_another_backend(tmp_path,
     assert said == ["tokchat: OpenVINO cannot hold a reply to a format (its pipeline exposes no logits to mask): "
                     "use the llama.cpp backend (--backend cpu) or a server for --json / --json-schema / --regex / "
                     "--grammar"], done.stderr
+
+
+def test_continue_with_a_format_is_refused_in_one_line(tmp_path, smollm_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "-m", str(smollm_path), "--resume", "1", "--continue", "--json"],
+        cwd=tmp_path, env=child_env(tmp_path), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 2
+    assert done.stderr == ("tokchat: --continue cannot hold the rest of a reply to a format yet (the grammar would "
+                           "start again mid-value): continue without --json/--json-schema/--regex/--grammar\n")
