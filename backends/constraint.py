@@ -201,9 +201,8 @@ class GrammarVocabulary:
     """llguidance's view of one model's vocabulary: every id's bytes, the ids that end a reply.
 
     Built from tokchat's tokenizer (about a second for a 150k vocabulary); an engine keeps one per
-    stop set.  Control and user-defined tokens (``<|im_end|>``) are marked special (llguidance's
-    ``\\xff`` prefix), so a grammar never spells one out; the stop ids are what a finished reply
-    may end with.
+    stop set.  Control tokens (``<|im_end|>``) are marked special (llguidance's ``\\xff`` prefix),
+    so a grammar never spells one out; the stop ids are what a finished reply may end with.
     """
 
     def __init__(self, tokenizer: Any, stop_ids: Collection[int], n_vocab: int | None = None) -> None:
@@ -214,7 +213,10 @@ class GrammarVocabulary:
         pieces: list[bytes] = []
         for tid in range(size):
             data = tokenizer.token_bytes(tid)
-            if tokenizer.token_attr(tid) & (ATTR_CONTROL | ATTR_USER_DEFINED) and data.startswith(b"<"):
+            attr = tokenizer.token_attr(tid)
+            # as llama.cpp's own llguidance glue marks them: every control token, and user-defined ones that
+            # look like one (<think>); a word a vocabulary added as user-defined stays plain text
+            if attr & ATTR_CONTROL or (attr & ATTR_USER_DEFINED and data.startswith(b"<") and data.endswith(b">")):
                 data = b"\xff" + data
             pieces.append(data)
         stops = sorted(int(t) for t in stop_ids) or [t for t in (tokenizer.eos_id,) if t is not None]

@@ -211,3 +211,13 @@ def test_speculative_drafts_are_cut_to_what_the_schema_allows(qwen_path, qwen_to
     assert stats.draft is not None and stats.draft.accepted > 0  # drafts were taken, cut where they left the schema
     assert "city" not in text
     assert text == replies["off"][0]
+
+
+def test_a_control_token_is_never_spelled_out_inside_a_value(qwen_tokenizer, qwen_vocab):
+    """Inside a JSON string any text goes, but ``<|im_start|>`` is one control id, not text: refused."""
+    reply = qwen_vocab.start(parse_constraint("json_schema", '{"type": "string"}'))
+    reply.advance(qwen_tokenizer.encode('"')[0])
+    allowed = reply.allowed()
+    im_start = qwen_tokenizer.encode("<|im_start|>", special=True)
+    assert len(im_start) == 1 and not allowed[im_start[0]]
+    assert allowed[qwen_tokenizer.encode("<")[0]]
