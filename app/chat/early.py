@@ -45,7 +45,7 @@ def start_engine(options: ChatOptions, path: Path, header: Any, spare: Any = Non
 
     return start_backend(path, LoadOptions(backend=options.backend, device=options.device,
                                            n_threads=options.threads, n_ctx=options.ctx, model_meta=header,
-                                           n_gpu_layers=options.gpu_layers,
+                                           n_gpu_layers=options.gpu_layers, kv_type=options.kv_type,
                                            speculative=options.speculative, draft_model=options.draft_model,
                                            state_dir=options.state_dir,
                                            state_max_bytes=int(options.state_max_gib * (1 << 30))),
