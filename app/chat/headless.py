@@ -114,6 +114,10 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     status = 2 if event.kind == "error" else status
                 elif event.kind in ("tool_call", "tool_result"):
                     _print_tool_event(event, err)
+                elif event.kind == "summary":  # the turns that left the prompt, summarized (--compact summarize)
+                    if recorder is not None:
+                        recorder.on_summary(event.data)
+                    print(f"tokchat: {_summary_line(event.data)}", file=err)
                 elif event.kind == "done" and event.stats is not None:
                     if event.stats.finish_reason == "cancelled":
                         status = EXIT_INTERRUPTED
@@ -285,6 +289,15 @@ def _ask_on_terminal(err: TextIO) -> Any:
         return {"y": ONCE, "yes": ONCE, "a": ALWAYS, "always": ALWAYS}.get(answer, DENY)
 
     return approve
+
+
+def _summary_line(summary: ChatMessage) -> str:
+    """One line for a summary made before this turn: what it stands for, its cost, and its text."""
+    stats = summary.stats
+    assert stats is not None, "a summary is made with its stats"
+    text = " ".join(summary.content.split())
+    return (f"summary of the first {stats.compacted_turns} turn{'s' if stats.compacted_turns != 1 else ''} "
+            f"({stats.completion_tokens} tokens, from a prompt of {stats.prompt_tokens}; stored): {text}")
 
 
 def _print_tool_event(event: Any, err: TextIO) -> None:

@@ -74,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     think.add_argument("--no-think", dest="think", action="store_false", help="disable thinking")
     add("--reasoning-budget", type=int, metavar="N", help="after N reasoning ids, close the think block "
         "(the model's end-of-thinking ids) so the answer starts; -1 = no limit (llama.cpp --reasoning-budget)")
+    add("--compact", choices=("drop", "summarize", "refuse"), help="when the conversation outgrows the "
+        "context: drop the oldest turns (default), summarize them with the model first, or refuse the send")
     add("--resume", type=conversation_id, metavar="ID", help="headless: go on with stored conversation ID "
         "(`tokchat export --list`): --prompt adds a message, --continue continues its last reply")
     add("--continue", dest="continue_reply", action="store_true", default=False,

@@ -57,6 +57,8 @@ class Conversation:
         self.last_record: PromptRecord | None = None
         self._builder = PromptBuilder(tokenizer, template)
         self._window = 0  # index of the first message still in the prompt
+        #: what a send does when the prompt would not fit: drop | summarize | refuse (app.conversation.compaction)
+        self.compact_policy = "drop"
         self._token_counts: dict[str, int] = {}  # content -> plain token count, to plan drops
         self._size_cache: tuple[Any, int] = (None, 0)  # tokens_before(): (key, size)
         #: the reply the backend's cache ends with and the prompt before it (what /continue extends)
@@ -80,10 +82,10 @@ class Conversation:
         keeps.  Cached, since the meter asks as the draft changes."""
         from templates import prompt_ids
 
-        path = self.messages[min(self._window, index):index]
+        path = self._in_prompt(min(self._window, index), index)
         # a continued reply (/continue) grows in place: its text is part of the key, not only its identity
         key = (self.system_text, index, self._window, tuple((id(m), m.content, m.reasoning) for m in path[-2:]),
-               len(path))
+               len(path), self._summary_key())
         if self._size_cache[0] != key:
             try:
                 rendered = self.template.render([template_message(m) for m in self._system_messages() + path],
@@ -148,12 +150,33 @@ class Conversation:
         return "\n\n".join(p for p in parts if p)
 
     def _system_messages(self) -> list[ChatMessage]:
-        """The system message every prompt starts with (none when ``system_text`` is empty)."""
-        return [ChatMessage("system", self.system_text)] if self.system_text else []
+        """The system message every prompt starts with (none when ``system_text`` is empty), the summary of the
+        turns compacted out of the prompt joined to it (app.conversation.compaction): at the prompt's start, so
+        the turns after it extend one stable prefix, and in a place every template accepts."""
+        from app.conversation.summary import active_summary, summary_block
+
+        summary = active_summary(self.messages)
+        text = "\n\n".join(p for p in (self.system_text, summary_block(summary) if summary else "") if p)
+        return [ChatMessage("system", text)] if text else []
+
+    def _summary_key(self) -> tuple:
+        """What of the summary changes the prompt (tokens_before's cache key)."""
+        from app.conversation.summary import active_summary
+
+        summary = active_summary(self.messages)
+        return (id(summary), summary.content) if summary is not None else ()
+
+    def _in_prompt(self, start: int, end: int) -> list[ChatMessage]:
+        """The messages of ``messages[:end]`` the prompt holds when it starts at ``start``: pinned ones before
+        it (/pin), then the path from it; summaries are in the system message, not at their place."""
+        return ([m for m in self.messages[:start] if m.pinned and m.role != "summary"]
+                + [m for m in self.messages[start:end] if m.role != "summary"])
 
     def _template_messages(self, start: int, new: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-        """The template's messages: the system message, the path from ``start``, then ``new``."""
-        return [template_message(m) for m in [*self._system_messages(), *self.messages[start:], *new]]
+        """The template's messages: the system message, the path from ``start`` (and the pinned ones before
+        it), then ``new``."""
+        path = self._in_prompt(start, len(self.messages))
+        return [template_message(m) for m in [*self._system_messages(), *path, *new]]
 
     def set_system(self, text: str) -> None:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
@@ -242,7 +265,10 @@ class Conversation:
         # ids sent by another session (another template or tokenizer) say nothing about this one
         for message in [*messages, *self.branches.all_messages()]:
             message.record = None
-        self._window = 0
+        from app.conversation.summary import summary_first, summary_start
+
+        self.messages = summary_first(self.messages)
+        self._window = summary_start(self.messages)  # a stored summary: its turns stay out of the prompt
         self._builder.forget()
         self._tail = None
 
@@ -254,7 +280,7 @@ class Conversation:
         reply = self.messages[index]
         if self._tail is not None and self._tail[0] is reply and reply.reply_ids is not None:
             return self._tail[1], list(reply.reply_ids)
-        messages = [*self._system_messages(), *self.messages[min(self._window, index):index]]
+        messages = [*self._system_messages(), *self._in_prompt(min(self._window, index), index)]
         head = self._builder.build([template_message(m) for m in messages], self.enable_thinking, self.tools)
         if reply.reply_ids is not None and reply.stats is not None and reply.stats.model == self.backend.info.model_name:
             return head, list(reply.reply_ids)
@@ -268,7 +294,7 @@ class Conversation:
         """What answered ``reply`` (on the path): ``head``, the messages before the reply in the prompt and
         those left out, and all the reply's ids."""
         at = next(i for i, m in enumerate(self.messages) if m is reply)
-        return PromptRecord(head, tuple(self._system_messages() + self.messages[self._window:at]),
+        return PromptRecord(head, tuple(self._system_messages() + self._in_prompt(self._window, at)),
                             tuple(self.messages[: self._window]), tuple(reply_ids), self.context_size)
 
     def _forget_old_records(self) -> None:

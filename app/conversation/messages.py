@@ -71,6 +71,10 @@ class TurnStats:
     #: none) and the milliseconds its masks took in the engine (0 where the engine masks nothing: a server)
     constraint: str = ""
     mask_ms: float = 0.0
+    #: turns that left the prompt into a summary before this reply (a summary message: the turns it stands
+    #: for), and the summary's ids (app.conversation.compaction; 0 and 0: nothing was compacted)
+    compacted_turns: int = 0
+    summary_tokens: int = 0
     #: a continued reply (/continue): each part's own stats as a dict, first to last; the counts above
     #: are their sums (prompt_tokens, new_prompt_tokens and ttft_s are the first part's: see merge_stats;
     #: the rest the last part's)
@@ -103,6 +107,8 @@ class ChatMessage:
     opening: str = ""
     #: a reply's ids as generated (its opening's ids first): what /continue resumes from
     reply_ids: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
+    #: kept in the prompt whatever the compaction policy (/pin)
+    pinned: bool = field(default=False, compare=False, repr=False)
 
 
 @dataclass

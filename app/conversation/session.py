@@ -33,6 +33,7 @@ from dataclasses import replace
 from typing import Any, Callable, Protocol, Sequence
 
 from app.conversation import fit
+from app.conversation.compaction import Compacted, compact
 from app.conversation.conversation import RECORDS_KEPT, Conversation
 from app.conversation.fit import MIN_REPLY_TOKENS
 from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
@@ -55,6 +56,7 @@ class SessionOptions(Protocol):
     sampling: SamplingParams
     think: bool | None
     reasoning_budget: int | None
+    compact: str
 
 
 class ChatSession(Conversation):
@@ -79,9 +81,11 @@ class ChatSession(Conversation):
                      context_size: int) -> ChatSession:
         """The session a front end opens: system prompt, sampling (a copy: the session's own to change),
         thinking and reasoning budget from ``options``."""
-        return cls(tokenizer, template, backend=backend, system_prompt=options.system,
-                   sampling=replace(options.sampling), context_size=context_size, enable_thinking=options.think,
-                   reasoning_budget=options.reasoning_budget)
+        session = cls(tokenizer, template, backend=backend, system_prompt=options.system,
+                      sampling=replace(options.sampling), context_size=context_size, enable_thinking=options.think,
+                      reasoning_budget=options.reasoning_budget)
+        session.compact_policy = options.compact
+        return session
 
     def settings(self) -> dict[str, Any]:
         """Every keyword of the constructor apart from the parts (tokenizer, template, backend, context
@@ -96,6 +100,7 @@ class ChatSession(Conversation):
         new = type(self)(self.tokenizer, template, backend=self.backend, context_size=self.context_size,
                          **self.settings())
         new.load_messages([m for m in self.messages if m.role != "system"], self.branches)
+        new.compact_policy = self.compact_policy
         return new
 
     @property
@@ -214,12 +219,15 @@ class ChatSession(Conversation):
         messages are put back as they were (``before``)."""
         started = time.monotonic()
         self._cancel.clear()
+        window_before = self._window
         try:
+            # the policy summarize: the turns about to leave are summarized first (app.conversation.compaction)
+            compacted = yield from compact(self, new)
             prompt, notice = fit.fit(self, new)
         except TemplateError as exc:
             prompt, notice = None, str(exc)
         if prompt is None:
-            self.messages = before
+            self.messages, self._window = before, window_before
             return (yield from self._refuse(notice or ""))
         if notice:
             yield ReplyEvent("notice", notice)
@@ -227,7 +235,23 @@ class ChatSession(Conversation):
         # edit drops the old reply on purpose: not counted)
         cut = cache_cut(self, prompt) if len(self.messages) == len(before) else 0
         self.messages.extend(new)
-        return (yield from self._run(self._turn(prompt, started=started, cache_cut=cut)))
+        return (yield from self._compacted(self._run(self._turn(prompt, started=started, cache_cut=cut)), compacted))
+
+    @staticmethod
+    def _compacted(events: TurnEvents, compacted: Compacted) -> TurnEvents:
+        """The turn's events, its stats saying what compaction did before it (``compacted_turns``, ``summary_tokens``)."""
+        try:
+            while True:
+                try:
+                    event = next(events)
+                except StopIteration as end:
+                    return end.value
+                if event.kind == "done" and event.stats is not None and compacted.turns:
+                    event.stats.compacted_turns = compacted.turns
+                    event.stats.summary_tokens = compacted.summary_tokens
+                yield event
+        finally:
+            events.close()  # a reader that stops early stops the turn, as ``yield from`` would
 
     def _extend(self, head: BuiltPrompt, prior_ids: list[int], before: list[ChatMessage],
                 prior: ChatMessage | None = None, opening: str = "") -> TurnEvents:

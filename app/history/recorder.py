@@ -226,6 +226,17 @@ class HistoryRecorder:
         self.close_reply()
         self.last_user_id = self._add(message)
 
+    def on_summary(self, message: Any) -> None:
+        """Commit a summary of the turns compacted out of the prompt (app.conversation.compaction), made while
+        the user's message was being sent: stored after it, with its ids and stats."""
+        self._add(message)
+
+    def on_summary_changed(self, message: Any) -> None:
+        """A stored summary was edited or taken back (``/compact edit|undo``): its row is written again."""
+        store_id = getattr(message, "store_id", None)
+        if self.enabled and store_id is not None:
+            self._guard(lambda s: s.finish_message(store_id, message))
+
     def show_branch(self, tip_id: int | None) -> None:
         """The user chose another sibling: the branch ending at ``tip_id`` is the one shown."""
         self.close_reply()

@@ -141,6 +141,7 @@ SCHEMA: dict[str, Setting] = {
     "chat.thinking": Setting("string", ("auto", "on", "off")),
     "chat.show_thinking": _B,
     "chat.reasoning_budget": _tokens(-1),
+    "chat.compact": Setting("string", ("drop", "summarize", "refuse")),  # app.conversation.compaction.POLICIES
     "chat.stats": _B,
     "sampling.temperature": Setting("number", minimum=0, maximum=100),
     "sampling.top_p": Setting("number", minimum=0, maximum=1),

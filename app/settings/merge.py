@@ -41,6 +41,7 @@ FLAG_SETTINGS: dict[str, str] = {
     "theme": "ui.theme",
     "server": "server.url", "server_kind": "server.kind", "api_key": "server.api_key",
     "trust_server_vocab": "server.trust_vocab", "reasoning_budget": "chat.reasoning_budget",
+    "compact": "chat.compact",
 }
 
 
@@ -159,6 +160,7 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         think={"auto": None, "on": True, "off": False}[v["chat.thinking"]],
         show_thinking=v["chat.show_thinking"],
         reasoning_budget=None if v["chat.reasoning_budget"] < 0 else v["chat.reasoning_budget"],
+        compact=v["chat.compact"],
         paste_chip_tokens=v["paste.chip_tokens"], paste_chip_lines=v["paste.chip_lines"],
         resume=getattr(args, "resume", None), continue_reply=bool(getattr(args, "continue_reply", False)),
         switch_model=bool(getattr(args, "switch_model", False)),

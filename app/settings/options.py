@@ -80,6 +80,8 @@ class ChatOptions:
     switch_model: bool = False
     #: reasoning ids after which tokchat closes the think block itself; None: no limit
     reasoning_budget: int | None = None
+    #: what a send does when the conversation no longer fits: drop | summarize | refuse (app.conversation.compaction)
+    compact: str = "drop"
     #: a paste of at least this many tokens or lines becomes an attachment chip (``[paste]``)
     paste_chip_tokens: int = 2000
     paste_chip_lines: int = 40
