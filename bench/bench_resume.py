@@ -1,22 +1,21 @@
-"""Instant resume (issue 45): ``tokchat --resume`` with and without the engine's saved state, side by side.
+"""Instant resume (issue 45): a stored conversation resumed with and without the engine's saved state, side by side.
 
-Whole ``tokchat`` processes, as a user runs them, each with its own data, config,
-cache and log folders under one temporary directory:
+1. **turn 1**, a whole ``tokchat`` process as a user runs it (its own data, config,
+   cache and log folders under one temporary directory): ``tokchat -m MODEL --attach
+   FILE --prompt ...`` with a file of about ``--ids`` prompt ids; its engine saves its
+   state when the reply ends, and the process ends (a bounded wait for the write);
+2. the conversation resumed twice in this process, as ``--resume 1 --prompt "And in two
+   words?"`` does (:func:`app.history.resume.resume_into`), each on a fresh engine
+   process whose model is loaded before the clock starts, each on its own copy of the
+   history: **evaluated** (states off: today's path, the whole conversation evaluated)
+   and **loaded** (its longest saved prefix loaded, only the new message evaluated).
 
-1. **turn 1**: ``tokchat -m MODEL --attach FILE --prompt ...`` (a file of about
-   ``--ids`` prompt ids); the engine saves its state when the reply ends;
-2. **resume, evaluated** (today without a state, ``--no-state``): ``--resume 1 --prompt
-   "And in two words?"`` on a copy of the history: the whole conversation is evaluated;
-3. **resume, loaded**: the same on another copy of the history, with the state:
-   its longest saved prefix is loaded and only the new message evaluated.
-
-Reported: each run's time to the first id (the ``--stats`` JSON's ``ttft_s``: from
-the message sent to the first reply id) and whole process time, the ratio of the two
-resumes' first ids, whether their replies are the same text (greedy), the state's
-size per 1,000 ids, its load time (the stats' ``state`` note), and what saving cost
-turn 1: the copy of the KV cache on the engine's thread (which the reply's end waits
-for) and the write beside it (checksum, write, fsync, rename), both from the engine
-log, and the copy as a share of the turn's wall time.
+Reported: each turn's time to the first id (TurnStats.ttft_s: from the message sent to
+the first reply id), the ratio of the two resumes', whether their replies are the same
+ids (greedy), the state's size per 1,000 ids, its load time (the stats' ``state``
+note), and what saving cost turn 1: the copy of the KV cache on the engine's thread
+(the one part on the reply's path) and the write beside it (sha256, write, fsync,
+rename), both from the engine log, the copy also as a share of the turn's wall time.
 
     .venv/bin/python bench/bench_resume.py [--model qwen2.5-coder-0.5b.gguf] [--ids 3300]
 """
@@ -33,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from assets import asset_path  # noqa: E402
 from process_env import child_env  # noqa: E402
 
-#: the attached file: tokchat's own sources, cut to about the asked number of ids (about 4.3 characters an id)
+#: the attached file: tokchat's own sources, cut to about the asked number of ids (about 4.1 characters an id in Qwen2.5)
 SOURCES = ("backends/llama_cpp.py", "backends/engine_client.py", "backends/state_cache.py")
 QUESTION = "Summarise what this file does in three sentences."
 FOLLOW_UP = "And in two words?"
@@ -50,7 +50,7 @@ FOLLOW_UP = "And in two words?"
 def _file_of(ids: int, folder: Path) -> Path:
     text = "".join((ROOT / name).read_text() for name in SOURCES)
     path = folder / "attached.py"
-    path.write_text(text[: int(ids * 3.6)])
+    path.write_text(text[: int(ids * 4.1)])
     return path
 
 
@@ -63,6 +63,25 @@ def _run(env: dict[str, str], *args: str) -> tuple[float, str, dict]:
     if done.returncode != 0:
         sys.exit(f"tokchat {' '.join(args[:4])}... failed ({done.returncode}):\n{done.stderr}")
     return wall, done.stdout, json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def _resume(model: Path, ctx: int, data: Path, state_dir: Path | None) -> tuple[Any, tuple[int, ...]]:
+    """Conversation 1 of the history in ``data`` resumed with the follow-up, on a fresh engine already loaded:
+    the turn's stats and the reply's ids."""
+    from app.chat.open import open_chat
+    from app.history.resume import resume_into
+    from app.settings.options import ChatOptions
+    from backends.base import SamplingParams
+
+    os.environ["TOKCHAT_DATA_DIR"] = str(data)
+    chat = open_chat(ChatOptions(model=str(model), ctx=ctx, state_dir=state_dir,
+                                 sampling=SamplingParams(temperature=0.0, max_tokens=16)))
+    try:
+        resume_into(chat.session, 1)
+        done = [e for e in chat.session.send(FOLLOW_UP) if e.kind == "done"][-1]
+        return done.stats, tuple(chat.session.messages[-1].reply_ids)
+    finally:
+        chat.backend.close()
 
 
 def _saves(env: dict[str, str]) -> list[tuple[int, float, float, float]]:
@@ -89,10 +108,12 @@ def main() -> None:
     parser.add_argument("--ids", type=int, default=3300, help="about how many prompt ids turn 1 sends")
     parser.add_argument("--ctx", type=int, default=8192)
     args = parser.parse_args()
-    model = ("-m", str(asset_path(args.model)), "--ctx", str(args.ctx))
+    model_path = asset_path(args.model)  # before the folders below replace XDG_CACHE_HOME, where the assets are
+    model = ("-m", str(model_path), "--ctx", str(args.ctx))
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as tmp:
         base = Path(tmp)
         env = child_env(base)
+        os.environ.update(env)  # the resumes below run here: the same folders as turn 1's process
         attached = _file_of(args.ids, base)
         wall1, _, turn1 = _run(env, *model, "--attach", str(attached), "--prompt", QUESTION)
         for _ in range(50):  # the engine wrote its state before it ended (a bounded wait): read its log line
@@ -103,33 +124,29 @@ def main() -> None:
         states = sorted(Path(env["XDG_CACHE_HOME"]).rglob("state/*/*.kv"))
         state_bytes = sum(p.stat().st_size for p in states)
 
-        def copy_of_history(name: str) -> dict[str, str]:
-            other = dict(env, TOKCHAT_DATA_DIR=str(base / name))
-            shutil.copytree(env["TOKCHAT_DATA_DIR"], other["TOKCHAT_DATA_DIR"])
-            return other
+        resumed = {}
+        for name, state_dir in (("evaluated", None), ("loaded", Path(env["XDG_CACHE_HOME"]) / "tokchat" / "state")):
+            data = base / f"data-{name}"
+            shutil.copytree(env["TOKCHAT_DATA_DIR"], data)
+            resumed[name] = _resume(model_path, args.ctx, data, state_dir)
+    (cold, reply_cold), (warm, reply_warm) = resumed["evaluated"], resumed["loaded"]
 
-        cold_env, warm_env = copy_of_history("data-evaluated"), copy_of_history("data-loaded")
-        wall_cold, reply_cold, cold = _run(cold_env, *model, "--resume", "1", "--prompt", FOLLOW_UP, "--no-state")
-        wall_warm, reply_warm, warm = _run(warm_env, *model, "--resume", "1", "--prompt", FOLLOW_UP)
-
-    load = re.match(r"loaded (\d+) ids from disk in ([\d.]+) s", warm["state"])
+    load = re.match(r"loaded (\d+) ids from disk in ([\d.]+) s", warm.state)
     saved_ids = saves[0][0] if saves else 0
     print(f"# bench_resume: {args.model}, n_ctx {args.ctx}, {os.cpu_count()} CPUs ({_cpu()}), "
           f"load average {os.getloadavg()[0]:.1f}")
     print()
-    print("| run | prompt ids | evaluated | time to first id | whole process |")
-    print("|---|---:|---:|---:|---:|")
-    print(f"| turn 1 (file attached) | {turn1['prompt_tokens']:,} | {turn1['new_prompt_tokens']:,} | "
-          f"{turn1['ttft_s']:.2f} s | {wall1:.1f} s |")
-    print(f"| resume, evaluated (`--no-state`) | {cold['prompt_tokens']:,} | {cold['new_prompt_tokens']:,} | "
-          f"{cold['ttft_s']:.2f} s | {wall_cold:.1f} s |")
-    print(f"| resume, state loaded | {warm['prompt_tokens']:,} | {warm['new_prompt_tokens']:,} | "
-          f"{warm['ttft_s']:.2f} s | {wall_warm:.1f} s |")
+    print("| turn | prompt ids | evaluated | time to first id |")
+    print("|---|---:|---:|---:|")
+    print(f"| turn 1, a `tokchat --attach` process ({wall1:.0f} s in all) | {turn1['prompt_tokens']:,} | "
+          f"{turn1['new_prompt_tokens']:,} | {turn1['ttft_s']:.2f} s |")
+    for label, stats in (("resumed, evaluated (states off, as before)", cold), ("resumed, state loaded", warm)):
+        print(f"| {label} | {stats.prompt_tokens:,} | {stats.new_prompt_tokens:,} | {stats.ttft_s:.2f} s |")
     print()
-    ratio = cold["ttft_s"] / warm["ttft_s"] if warm["ttft_s"] > 0 else float("inf")
-    print(f"- first id: **{ratio:.0f}x** sooner with the state ({cold['ttft_s']:.2f} s -> {warm['ttft_s']:.2f} s); "
-          f"the two replies are {'the same text' if reply_cold == reply_warm else 'DIFFERENT'}")
-    print(f"- state note: `state: {warm['state']}`")
+    ratio = cold.ttft_s / warm.ttft_s if warm.ttft_s > 0 else float("inf")
+    print(f"- first id: **{ratio:.0f}x** sooner with the state ({cold.ttft_s:.2f} s -> {warm.ttft_s:.2f} s); "
+          f"the two replies are {'the same ids' if reply_cold == reply_warm else 'DIFFERENT'}")
+    print(f"- state note: `state: {warm.state}`")
     if load and saved_ids:
         print(f"- state: {saved_ids:,} ids in {state_bytes / 2**20:.1f} MiB on disk, "
               f"{state_bytes / saved_ids * 1000 / 2**20:.1f} MiB per 1,000 ids; loaded (read, checked, into "

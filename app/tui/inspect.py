@@ -68,7 +68,8 @@ class TokenInspectorOpener:
         stats = reply.stats if reply is not None else None
         new = stats.new_prompt_tokens if stats is not None and stats.prompt_tokens == len(record.ids) else None
         host.push_screen(TokenInspector(session.tokenizer, record, parts, title=title, focus_message=focus,
-                                        turn=turn, new_ids=new))
+                                        turn=turn, new_ids=new,
+                                        state=stats.state if stats is not None and new is not None else ""))
 
     def inspect_turn(self, turn: int) -> None:
         """Replace the open inspector with turn ``turn`` (1-based, counted in replies)."""

@@ -3,8 +3,8 @@
 The real app on SmolLM2 in its own engine process, twice, on one real SQLite history and one
 state folder: the first app answers a long message and ends (its engine saves the state); the
 second opens the conversation from the history list (Ctrl+B, Enter) and asks again.  The check is
-where the user looks: the reply's drawn stats line says how many ids came from disk, and the
-prompt ids it counts as new are only those the state lacked.
+where the user looks: the reply's drawn stats line (and the token inspector's head, F2) says how
+many ids came from disk, and the prompt ids it counts as new are only those the state lacked.
 """
 from __future__ import annotations
 
@@ -65,3 +65,6 @@ async def test_a_conversation_reopened_from_the_history_loads_its_state(smollm_p
         assert re.search(rf"state: loaded {saved} ids from disk in \d+\.\d\d s", line), line
         new, total = map(int, re.search(r"prompt (\d+) new / (\d+) total", line).groups())
         assert new == total - saved  # only what the saved state lacked was evaluated
+        await pilot.press("f2")  # the token inspector's head line says it too
+        await wait_for(pilot, lambda: "state: loaded" in words(drawn(second)), what="the inspector")
+        assert re.search(rf"\({new} new\) · state: loaded {saved} ids from disk in", words(drawn(second)))

@@ -53,11 +53,14 @@ class TokenInspector(Screen):
         turn: int
 
     def __init__(self, tokenizer: Any, record: PromptRecord, parts: Breakdown, *, title: str = "",
-                 focus_message: int | None = None, turn: int = 0, new_ids: int | None = None) -> None:
+                 focus_message: int | None = None, turn: int = 0, new_ids: int | None = None,
+                 state: str = "") -> None:
         """``new_ids``: of the prompt's ids, those the engine evaluated for this reply (its stats' "new");
-        None when the reply has no stats for this prompt."""
+        None when the reply has no stats for this prompt.  ``state``: its stats' state note ("loaded N ids
+        from disk in T s", backends.state_keeper), "" when there is none."""
         super().__init__()
         self.new_ids = new_ids
+        self.state = state
         self.turn = turn
         self.tokenizer = tokenizer
         self.record = record
@@ -79,6 +82,8 @@ class TokenInspector(Screen):
         # the engine's own count, as the reply's stats line says it: the prompt builder's guess of what
         # the cache held (``prompt.reused``) is wrong after a stopped prompt or a restarted engine
         new = f" ({self.new_ids} new)" if self.new_ids is not None else ""
+        if self.state:
+            new += f" · state: {self.state}"
         head = (f"{self.title_text} · prompt {b.prompt_tokens} ids{new} · "
                 f"reply {b.reply_tokens} · used {b.used} of {b.context_size} · room {b.room}")
         yield Static(head, id="inspector-title", markup=False)
