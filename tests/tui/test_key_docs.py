@@ -86,6 +86,27 @@ async def test_a_key_set_in_the_config_acts_and_is_named_in_the_footer_help_and_
 
 
 @pytest.mark.anyio
+async def test_a_key_the_prompt_box_edits_with_goes_to_the_action_set_for_it(scripted_app, smollm_path):
+    """ctrl+k deletes to the end of the line in a TextArea: set as cancel, it leaves an edit instead."""
+    options = ChatOptions(model=str(smollm_path), theme="textual-dark",
+                          keys={**DEFAULTS, "cancel": "ctrl+k", "send": "ctrl+s"})
+    app = scripted_app(["One."], options=options)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_loaded(pilot)
+        app.prompt_input.focus()
+        await pilot.press(*"hello", "enter", "ctrl+j", *"there")  # enter and ctrl+j: new lines now
+        assert app.prompt_input.text == "hello\n\nthere" and not app.session.messages
+        await pilot.press("ctrl+s")
+        await wait_reply(pilot)
+        assert "One." in drawn(app, app.chat_view)
+        await pilot.press("ctrl+g")
+        assert app.prompt_input.editing
+        await pilot.press("home", "ctrl+k")
+        await pilot.pause()
+        assert not app.prompt_input.editing and app.prompt_input.text == ""  # cancelled, the box cleared
+
+
+@pytest.mark.anyio
 async def test_two_actions_on_one_key_are_said_and_the_defaults_kept(scripted_app, smollm_path):
     options = ChatOptions(model=str(smollm_path), theme="textual-dark", keys={**DEFAULTS, "regenerate": "ctrl+n"})
     app = scripted_app(["One."], options=options)

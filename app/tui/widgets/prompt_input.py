@@ -107,9 +107,11 @@ class PromptInput(TextArea):
         the box's editing keys (a TextArea takes ctrl+e to the line's end and ctrl+y to redo: a key the user
         gave an action in the config must reach it)."""
         self.keymap = keymap
-        taken = keymap.chat_keys()
         bindings = self._bindings.copy()
-        for key_name in taken & set(bindings.key_to_bindings):
+        # the box's own Esc binding (id "cancel") on the key configured, in place of an editing key there;
+        # the box runs its bindings itself (_run_own_binding), before Textual's chain would apply the keymap
+        bindings.apply_keymap(keymap.textual())
+        for key_name in keymap.chat_keys() & set(bindings.key_to_bindings):
             kept = [b for b in bindings.key_to_bindings[key_name] if b.id == "cancel"]
             if kept:
                 bindings.key_to_bindings[key_name] = kept
