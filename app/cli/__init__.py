@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args_list and args_list[0] in SUBCOMMANDS:
             name = args_list[0]
             module = _subcommand_module(name)
-            sub = argparse.ArgumentParser(prog=f"tokchat {name}", description=SUBCOMMANDS[name][1])
+            sub = argparse.ArgumentParser(prog=f"tokchat {name}", description=SUBCOMMANDS[name][1],
+                                          conflict_handler=getattr(module, "CONFLICT_HANDLER", "error"))
             module.add_arguments(sub)
             args = sub.parse_args(args_list[1:])
             return int(module.run(args) or 0)

@@ -17,15 +17,20 @@ import sys
 from app.errors import CLIError
 
 
+#: this command's parser resolves a clash of option strings for the later one (see add_arguments)
+CONFLICT_HANDLER = "resolve"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["path", "show", "init"],
                         help="path: the user config file; show: merged settings and their sources; "
                              "init: write a commented config.toml to start from")
-    parser.add_argument("--json", action="store_true", help="show: JSON {key: {value, source}}")
     from app.cli import chat
 
-    # the chat flags, so that `config show --model X --temp 0` shows what that chat would get
+    # the chat flags, so that `config show --model X --temp 0` shows what that chat would get; the chat's own
+    # --json (the reply's shape) gives way to this command's --json (its output), added after it
     chat.add_arguments(parser.add_argument_group("chat flags (show: as the chat would see them)"))
+    parser.add_argument("--json", action="store_true", help="show: JSON {key: {value, source}}")
 
 
 def _toml_value(value: object) -> str:
