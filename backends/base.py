@@ -79,6 +79,11 @@ class SamplingParams:
     #: the engine (backends.constraint); None = free text.  Data, not a compiled object: it crosses the
     #: engine pipe as its fields and is compiled there against the model's own vocabulary
     constraint: OutputConstraint | None = None
+    #: how many of the prompt's last ids the model generated itself (a reply being continued), not a setting:
+    #: a local engine that evaluates them again does so one at a time, as when they were generated, because
+    #: llama.cpp's logits for a position differ between one batch and one id at a time (by up to 0.7 on
+    #: SmolLM2), enough to flip a greedy pick; so a continuation is the one-go reply id for id
+    generated_ids: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.constraint, dict):  # as it arrives over the engine pipe (dataclasses.asdict)

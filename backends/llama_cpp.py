@@ -306,8 +306,17 @@ class LlamaCppBackend:
         plan = plan_offload(sizes, kv // blocks, free)
         return plan.n_gpu_layers, plan
 
-    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool], report: ProgressListener) -> bool:
+    def _prefill(self, prompt: list[int], cancelled: Callable[[], bool], report: ProgressListener,
+                 generated: int = 0) -> bool:
         """Evaluate the prompt past the cached common prefix, in batches; False if cancelled.
+
+        ``generated``: the prompt's last ids that the model generated (a reply
+        being continued, ``SamplingParams.generated_ids``).  The main engine
+        evaluates those one at a time, as the decode loop did when it picked
+        them: llama.cpp's logits for a position are not the same in one batch
+        as one id at a time (up to 0.7 apart on SmolLM2), so a cold continue
+        (a new process, the reply not in the cache) evaluated in one batch
+        could pick another id than the reply generated in one go.
 
         At least the last prompt id is evaluated again: its logits pick the
         if draft is not None:
@@ -339,12 +348,15 @@ class LlamaCppBackend:
         total = sum(len(prompt) - keep for _, keep in todo)
         started = time.monotonic()
         chunk = self._prefill_chunk
+        replay_from = len(prompt) - min(max(generated, 0), len(prompt))
         done = 0
         for engine, keep in todo:
-            for start in range(keep, len(prompt), chunk):
+            batched_to = max(keep, replay_from) if engine is self._engine else len(prompt)
+            parts = [prompt[start : min(start + chunk, batched_to)] for start in range(keep, batched_to, chunk)]
+            parts += [[token] for token in prompt[batched_to:]]
+            for part in parts:
                 if cancelled():
                     return False
-                part = prompt[start : start + chunk]
                 report(PromptProgress(done, total, started))
                 engine.decode(part)
                 done += len(part)
@@ -377,7 +389,9 @@ class LlamaCppBackend:
             if self._state is not None:  # the longest saved prefix, loaded from disk when it beats the cache
                 stats.state = self._state.restore(engine, prompt)
             try:
-                prefilled = self._prefill(prompt, cancelled, report)
+                # a greedy continuation replays the reply's own ids as they were generated; a sampled one
+                # cannot be the one-go reply anyway (its generator starts afresh), so it takes them in batches
+                prefilled = self._prefill(prompt, cancelled, report, sampling.generated_ids if sampling.greedy else 0)
             except LlamaEngineError as exc:
                 raise BackendError(str(exc)) from exc
             stats.prompt_evaluated = engine.evaluated

@@ -151,7 +151,8 @@ class Turn:
         backend = self.conversation.backend
         while True:
             ids = backend.generate(list(prompt.ids) + self.reply_ids,
-                                   replace(sampling, max_tokens=sampling.max_tokens - len(self.reply_ids)),
+                                   replace(sampling, max_tokens=sampling.max_tokens - len(self.reply_ids),
+                                           generated_ids=self._generated_ids()),
                                    self.stop_ids)
             self.stats = ids.stats
             noticed = ""  # an engine found dead and started again for this reply: said once, when it is known
@@ -218,6 +219,16 @@ class Turn:
                 f"({'a failure of its own' if reason == 'error' else 'a limit of its own'}); the reply so far is "
                 "kept as cut and can be continued")
         return reason
+
+    def _generated_ids(self) -> int:
+        """How many of the next generation's prompt ids the model generated: the continued reply's (past a
+        user-written opening) and this turn's so far (``SamplingParams.generated_ids``: a local engine
+        evaluates them again one at a time, so a continuation is the one-go reply id for id)."""
+        prior = self.prior
+        if prior is None:
+            return len(self.reply_ids)
+        opening = len(self.conversation.tokenizer.encode(prior.opening)) if prior.opening else 0
+        return max(len(self.prior_ids) - opening, 0) + len(self.reply_ids)
 
     def _close_think(self) -> Iterator[ReplyEvent]:
         """Append the end-of-thinking ids to the reply as if generated (the reasoning budget is spent)."""

@@ -59,6 +59,29 @@ def test_stream_equals_batch_for_any_ids_and_split(byte_level, data):
     assert "".join(pieces) == byte_level.decode(ids, skip_special=skip)
 
 
+
+@SETTINGS
+@given(data=st.data())
+def test_a_cut_and_a_continue_equal_the_reply_in_one_go(byte_level, data):
+    """A reply cut anywhere (inside a character too), then continued by a new decoder fed the same ids,
+    gives the one-go text: the cut keeps a character still arriving in its ids, not U+FFFD (issue 44 T3)."""
+    ids = data.draw(st.lists(st.integers(0, byte_level.vocab_size - 1), max_size=40))
+    cut = data.draw(st.integers(0, len(ids)))
+    first = byte_level.stream_decoder()
+    text = first.feed_many(ids[:cut]) + first.finalize(continuable=True)
+    again = byte_level.stream_decoder()
+    again.feed_many(ids[:cut])  # the continue primes its decoder with the reply's ids, shown already
+    text += again.feed_many(ids[cut:]) + again.finalize()
+    assert text == byte_level.decode(ids)
+
+
+def test_a_reply_cut_inside_an_emoji_shows_no_replacement_character(byte_level):
+    ids = byte_level.encode("Hi 👋 to 世界")
+    for cut in range(len(ids) + 1):
+        dec = byte_level.stream_decoder()
+        shown = dec.feed_many(ids[:cut]) + dec.finalize(continuable=True)
+        assert "\ufffd" not in shown and "Hi 👋 to 世界".startswith(shown)
+
 @SETTINGS
 @given(text=st.text(min_size=1))
 def test_stream_never_shows_a_split_character(gemma_tok, text):
