@@ -41,10 +41,12 @@ from textual import events
 from textual.app import SystemCommand
 from textual.screen import Screen
 
+from app.conversation.compaction import next_send
 from app.settings.options import ChatOptions
 from app.tui.attach import Attachments
 from app.tui.branches import Branches
 from app.tui.commands import SlashCommands
+from app.tui.compaction import Compaction
 from app.tui.format import device_label, error_text, model_bar_text
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import ChatHistory
@@ -183,11 +185,13 @@ class ChatApp(App):
         self.keys = keymap_for(options.keys)
         self.history = ChatHistory(self, store, self.branches)
         self.steer = Steering(self, self.history)
+        self.compaction = Compaction(self, self.history)
         self.commands = SlashCommands(self, self.history, reload=self.reload, features={
             "attach": self.attachments.command, "branch": self.branches.command,
             "tokens": self.inspector.command, "model": self.pull.command, "tools": self.tools.command,
             "continue": self.steer.cmd_continue, "reply": self.steer.cmd_reply, "fork": self.steer.cmd_fork,
             "think": self.steer.cmd_think, "history": self.history.command,
+            "compact": self.compaction.cmd_compact, "pin": self.compaction.cmd_pin,
         })
 
     # ----------------------------------------------------------------- layout
@@ -500,9 +504,12 @@ class ChatApp(App):
         if self.session is None or text.lstrip().startswith("/") or self.generating:
             self.meter.draft = 0
             self.attachments.show_cost()
+            if self.session is not None and not self.generating:
+                self.meter.next_send = next_send(self.session, "").describe()
             return
         # the message as it will be sent: held and @file attachments in blocks, then the text
         self.meter.draft = self.attachments.show_cost(text)
+        self.meter.next_send = next_send(self.session, text).describe()
 
     def _kept_tokens(self, editing: bool) -> int:
         """What the next prompt keeps of the conversation: all of it, or, while the last prompt is
@@ -518,6 +525,8 @@ class ChatApp(App):
         if self.session is not None:
             self.meter.used = self._kept_tokens(self.prompt_input.editing)
             self.meter.limit = self.chat.context_size
+            if not self.generating:  # what the next send does (app.conversation.compaction), said before it
+                self.meter.next_send = next_send(self.session, self._draft_text).describe()
 
     # ------------------------------------------------------------ streaming
     async def start_reply(self, make_events: Callable[[], Iterator[Any]], user_text: str | None, *,
@@ -537,6 +546,7 @@ class ChatApp(App):
         self._prompt_before = session.last_prompt
         self._errors = []
         self.meter.draft = 0
+        self.meter.next_send = ""
         self.meter.used = self._meter_base
         if into is not None:
             into.reopen()
@@ -603,6 +613,8 @@ class ChatApp(App):
                 self.history.record_chunk(kind, text)
             elif kind == "tool_message":  # a message the tool loop added: stored in order
                 self.history.record_message(text.data)
+            elif kind == "summary":  # the turns leaving the prompt, summarized first (/compact summarize)
+                await self.compaction.show_summary(text.data, before=reply)
             elif kind.startswith("tool_"):
                 await self.tools.show_event(reply, kind, text)
             else:

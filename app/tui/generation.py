@@ -72,7 +72,7 @@ class EventBuffer:
                     out.chunks[-1] = (kind, out.chunks[-1][1] + event.text)
                 else:
                     out.chunks.append((kind, event.text))
-            elif kind in ("tool_call", "tool_result", "tool_message"):
+            elif kind in ("tool_call", "tool_result", "tool_message", "summary"):
                 out.chunks.append((kind, event))  # the event itself: its data is the call / outcome
             elif kind == "error":
                 out.errors.append(event.text)

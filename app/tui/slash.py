@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "@path in a message does it too"),
     "branch": ("[N|next|prev]", "show another sibling of the last regenerated reply or edited prompt "
                "(Alt+Left / Alt+Right)"),
+    "compact": ("drop|summarize|refuse|undo|edit TEXT", "when the conversation outgrows the context: drop the "
+                "oldest turns, summarize them first, or refuse the send (this chat); undo / edit the summary "
+                "in the prompt"),
+    "pin": ("[-]N", "keep message N's turn in the prompt whatever the compaction (-N unpins; alone: list)"),
     "tokens": ("", "the token inspector: the last turn's exact ids, pieces and context breakdown"),
     "help": ("", "list commands and keys"),
 }

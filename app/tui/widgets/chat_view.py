@@ -86,7 +86,7 @@ class ChatView(VerticalScroll):
 
         ``tail``: its unsettled end (a reply another window is writing, a message never answered), shown
         after it, apart and marked (:class:`UnsettledTail`), with ``tail_note`` under it."""
-        self._hidden = [m for m in messages if m.role in ("user", "assistant", "tool")]
+        self._hidden = [m for m in messages if m.role in ("user", "assistant", "tool", "summary")]
         calls = {c.get("id"): c for m in self._hidden for c in (getattr(m, "tool_calls", None) or [])}
         # a stored tool result is shown as its call's block: pair each with the call it answers
         self._calls = {id(m): calls.get(m.tool_call_id) for m in self._hidden if m.role == "tool"}
@@ -114,6 +114,10 @@ class ChatView(VerticalScroll):
 
         if message.role == "user":
             return UserMessage(message.content)
+        if message.role == "summary":  # turns compacted out of the prompt (app.conversation.compaction)
+            from app.tui.widgets.summary_message import SummaryMessage
+
+            return SummaryMessage(message)
         if message.role == "tool":
             from app.tui.widgets.tool_call_block import ToolCallBlock
 
