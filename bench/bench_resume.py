@@ -65,7 +65,7 @@ def _run(env: dict[str, str], *args: str) -> tuple[float, str, dict]:
     return wall, done.stdout, json.loads(done.stderr.strip().splitlines()[-1])
 
 
-def _resume(model: Path, ctx: int, data: Path, state_dir: Path | None) -> tuple[Any, tuple[int, ...]]:
+def _resume(model: Path, ctx: int, threads: int | None, data: Path, state_dir: Path | None) -> tuple[Any, tuple[int, ...]]:
     """Conversation 1 of the history in ``data`` resumed with the follow-up, on a fresh engine already loaded:
     the turn's stats and the reply's ids."""
     from app.chat.open import open_chat
@@ -74,7 +74,7 @@ def _resume(model: Path, ctx: int, data: Path, state_dir: Path | None) -> tuple[
     from backends.base import SamplingParams
 
     os.environ["TOKCHAT_DATA_DIR"] = str(data)
-    chat = open_chat(ChatOptions(model=str(model), ctx=ctx, state_dir=state_dir,
+    chat = open_chat(ChatOptions(model=str(model), ctx=ctx, threads=threads, state_dir=state_dir,
                                  sampling=SamplingParams(temperature=0.0, max_tokens=16)))
     try:
         resume_into(chat.session, 1)
@@ -107,9 +107,10 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b.gguf", help="a test asset's name")
     parser.add_argument("--ids", type=int, default=3300, help="about how many prompt ids turn 1 sends")
     parser.add_argument("--ctx", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=0, help="the engine's threads (0: llama.cpp's default)")
     args = parser.parse_args()
     model_path = asset_path(args.model)  # before the folders below replace XDG_CACHE_HOME, where the assets are
-    model = ("-m", str(model_path), "--ctx", str(args.ctx))
+    model = ("-m", str(model_path), "--ctx", str(args.ctx), *(["--threads", str(args.threads)] if args.threads else []))
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as tmp:
         base = Path(tmp)
         env = child_env(base)
@@ -128,20 +129,21 @@ def main() -> None:
         for name, state_dir in (("evaluated", None), ("loaded", Path(env["XDG_CACHE_HOME"]) / "tokchat" / "state")):
             data = base / f"data-{name}"
             shutil.copytree(env["TOKCHAT_DATA_DIR"], data)
-            resumed[name] = _resume(model_path, args.ctx, data, state_dir)
+            resumed[name] = _resume(model_path, args.ctx, args.threads or None, data, state_dir)
     (cold, reply_cold), (warm, reply_warm) = resumed["evaluated"], resumed["loaded"]
 
     load = re.match(r"loaded (\d+) ids from disk in ([\d.]+) s", warm.state)
     saved_ids = saves[0][0] if saves else 0
-    print(f"# bench_resume: {args.model}, n_ctx {args.ctx}, {os.cpu_count()} CPUs ({_cpu()}), "
+    print(f"# bench_resume: {args.model}, n_ctx {args.ctx}, threads {args.threads or 'default'}, {_cpu()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print()
-    print("| turn | prompt ids | evaluated | time to first id |")
-    print("|---|---:|---:|---:|")
+    print("| turn | prompt ids | evaluated | time to first id | reply tok/s |")
+    print("|---|---:|---:|---:|---:|")
     print(f"| turn 1, a `tokchat --attach` process ({wall1:.0f} s in all) | {turn1['prompt_tokens']:,} | "
-          f"{turn1['new_prompt_tokens']:,} | {turn1['ttft_s']:.2f} s |")
+          f"{turn1['new_prompt_tokens']:,} | {turn1['ttft_s']:.2f} s | {turn1['tokens_per_s']:.2f} |")
     for label, stats in (("resumed, evaluated (states off, as before)", cold), ("resumed, state loaded", warm)):
-        print(f"| {label} | {stats.prompt_tokens:,} | {stats.new_prompt_tokens:,} | {stats.ttft_s:.2f} s |")
+        print(f"| {label} | {stats.prompt_tokens:,} | {stats.new_prompt_tokens:,} | {stats.ttft_s:.2f} s | "
+              f"{stats.tokens_per_s:.2f} |")
     print()
     ratio = cold.ttft_s / warm.ttft_s if warm.ttft_s > 0 else float("inf")
     print(f"- first id: **{ratio:.0f}x** sooner with the state ({cold.ttft_s:.2f} s -> {warm.ttft_s:.2f} s); "
