@@ -44,6 +44,7 @@ Not handled: MLX's prompt-cache files, llama-server slots, several sequences.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -105,11 +106,10 @@ def engine_build_key() -> str:
     import llama_cpp
 
     lib = Path(llama_cpp.__file__).parent / "lib"
-    try:
+    # no build.json (a build tokchat did not make) or an unreadable one: the library files name the build
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         info = json.loads((lib / "build.json").read_text())
         return f"{info['key']}-{str(info.get('libllama_sha256', ''))[:16]}"
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     for name in ("libllama.so", "libllama.dylib", "llama.dll"):
         try:
             stat = (lib / name).stat()
@@ -279,10 +279,9 @@ class StateCache:
         if hashlib.sha256(data).hexdigest() != saved.payload_sha256:
             _remove(saved.path)
             raise StateRefused("corrupt state (checksum)")
-        try:
+        # a read-only cache still serves; its order of use is then its order of writing
+        with contextlib.suppress(OSError):
             os.utime(saved.path)
-        except OSError:
-            pass  # a read-only cache still serves; its order of use is then its order of writing
         return data
 
     def refuse(self, saved: SavedState) -> None:
@@ -379,10 +378,8 @@ class StateCache:
                     size += _size(Path(entry.path))
                     count += entry.name.endswith(SUFFIX)
                     _remove(Path(entry.path))
-            try:
+            with contextlib.suppress(OSError):  # something else is in it (a write under way): left as it is
                 folder.rmdir()
-            except OSError:
-                pass  # something else is in it (a write under way): left as it is
         return count, size
 
     def _folders(self) -> list[Path]:
@@ -407,12 +404,10 @@ def _size(path: Path) -> int:
 
 
 def _remove(path: Path) -> None:
-    try:
+    """Delete a cache file.  Gone already (another process cleaned up first) or undeletable (a read-only cache:
+    the file stays and is refused again next time, which costs a read): nothing more to do either way."""
+    with contextlib.suppress(OSError):
         path.unlink()
-    except FileNotFoundError:
-        pass  # already gone: another process cleaned up first
-    except OSError:
-        pass  # a read-only cache: the file stays and is refused again next time, which costs a read
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -422,8 +417,7 @@ def _fsync_dir(folder: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass  # a filesystem that cannot sync a directory: the rename is as durable as it allows
+        with contextlib.suppress(OSError):  # a filesystem that cannot sync a directory: as durable as it allows
+            os.fsync(fd)
     finally:
         os.close(fd)
