@@ -42,23 +42,23 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Collection, Sequence
 
 from backends.base import (
     BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
-from dataclasses import replace
     PromptProgress, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.cpu import available_cpus, llama_default_threads
 from backends.engine_log import capture_llama_log
+from backends.kv_types import F16, KvType, KvTypeError, parse_kv_type
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta, kv_cache_bytes
 from backends.offload import (
     free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, plan_offload_with_draft, ran_out_of_memory,
     read_load_report,
 )
-from backends.kv_types import F16, KvType, KvTypeError, parse_kv_type
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
 from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
 from backends.worker import Worker, new_worker
@@ -148,10 +148,10 @@ class LlamaCppBackend:
         self._prefill_chunk = PREFILL_CHUNK
         #: the draft model's own llama.cpp context (``LoadOptions.draft_model``); None without one
         self._draft_engine = None
-        #: the vocabulary as the grammar engine sees it (backends.constraint), made on the first constrained reply
-        self._grammar_vocab = None
         #: the KV state kept on disk between runs (``LoadOptions.state_dir``, backends.state_keeper); None: off
         self._state: StateKeeper | None = None
+        #: the vocabulary as the grammar engine sees it (backends.constraint), made on the first constrained reply
+        self._grammar_vocab = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
@@ -228,6 +228,8 @@ class LlamaCppBackend:
         kv_size = f", KV cache {kv_type} {kv_mib:,.0f} MiB" if kv_mib else f", KV cache {kv_type}"
         notes = [f"llama.cpp: {threads} thread(s), n_ctx {engine_ctx}, flash attention {flash_attn}{kv_size}"
                  f"{repack}, log in {self.log_path}"]
+        if kv_note:
+            notes.append(kv_note)
         if draft_note:
             notes.append(draft_note)
         if self.device == "CPU" and options.n_gpu_layers not in (None, 0):
@@ -235,8 +237,6 @@ class LlamaCppBackend:
                          "CPU here (`tokchat doctor` says why)")
         if self.device != "CPU":
             notes.append(f"{self.device}: {report.summary() or f'{offloaded} layers on the GPU'}"
-        if kv_note:
-            notes.append(kv_note)
                          + ("" if plan is None or plan.all_on_gpu else
                             f" (the rest on the CPU: {plan.need_bytes >> 20} MiB fit in {plan.free_bytes >> 20} "
                             "MiB free; --gpu-layers N overrides)"))
@@ -289,6 +289,7 @@ class LlamaCppBackend:
 
         On the CPU nothing is offloaded whatever was asked: llama.cpp ignores the number there, and taking it
         as given made the stats say "10/31" layers on a GPU that is not there (see :meth:`load`'s note)."""
+        self._draft_gpu_layers: int | None = None  # None: the main model's
         if self.device == "CPU":
             return 0, None
         if asked is not None:
@@ -296,13 +297,24 @@ class LlamaCppBackend:
         free = free_vram_bytes() if self.device == "CUDA" else None
         kv = kv_cache_bytes(meta, n_ctx, kv_type)
         blocks = meta.kv.get(f"{meta.architecture}.block_count")
-        self._draft_gpu_layers: int | None = None  # None: the main model's
         if free is None or kv is None or not isinstance(blocks, int) or blocks <= 0:
             return -1, None  # llama.cpp's own "all layers"
         try:
             sizes = model_sizes(path, meta.gguf)  # the header the load already parsed, where it did
         except (OSError, ValueError):
             return -1, None
+        if draft is not None:
+            try:
+                draft_meta = known_meta(draft, None)
+                draft_sizes = model_sizes(draft, draft_meta.gguf)
+                draft_kv = kv_cache_bytes(draft_meta, n_ctx, kv_type)
+            except (BackendError, OSError, ValueError):
+                draft_kv = None  # its load reports what is wrong with it
+            if draft_kv is not None and draft_sizes.blocks:
+                both = plan_offload_with_draft(sizes, kv // blocks, free, draft_sizes,
+                                               draft_kv // len(draft_sizes.blocks))
+                self._draft_gpu_layers = both.draft_gpu_layers
+                return both.main.n_gpu_layers, both.main
         plan = plan_offload(sizes, kv // blocks, free)
         return plan.n_gpu_layers, plan
 
@@ -319,18 +331,6 @@ class LlamaCppBackend:
         could pick another id than the reply generated in one go.
 
         At least the last prompt id is evaluated again: its logits pick the
-        if draft is not None:
-            try:
-                draft_meta = known_meta(draft, None)
-                draft_sizes = model_sizes(draft, draft_meta.gguf)
-                draft_kv = kv_cache_bytes(draft_meta, n_ctx, kv_type)
-            except (BackendError, OSError, ValueError):
-                draft_kv = None  # its load reports what is wrong with it
-            if draft_kv is not None and draft_sizes.blocks:
-                both = plan_offload_with_draft(sizes, kv // blocks, free, draft_sizes,
-                                               draft_kv // len(draft_sizes.blocks))
-                self._draft_gpu_layers = both.draft_gpu_layers
-                return both.main.n_gpu_layers, both.main
         first reply id.  A draft model gets the prompt here too, in the same
         progress: left to its first draft, its catch-up (the whole prompt, on
         the first turn) landed inside the reply, where it slowed the first
