@@ -4,12 +4,16 @@ The engines are the real llama.cpp on SmolLM2, in their own processes as tokchat
 runs them; the state files are the ones those engines wrote.  A restored reply is
 compared id for id with the reply of an engine that never exited; damaged files
 (every truncation point class, bit flips all through a real file, a file of
-another model or build) are refused with a reason and the prompt is evaluated.
+another model or build) are refused with a reason and the prompt is evaluated; an engine
+restarted after a crash (a real SIGKILL) loads what its predecessor saved.
 """
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -210,3 +214,25 @@ def test_the_cache_keeps_the_longest_prefix_and_the_most_recently_used_under_its
     assert cache.total_bytes() == sizes
     assert cache.clear() == (2, sizes)
     assert cache.entries() == [] and cache.total_bytes() == 0
+
+
+def test_an_engine_restarted_after_a_crash_loads_the_state_its_predecessor_saved(smollm_path, vocab, tmp_path):
+    state_dir = tmp_path / "state"
+    first, second = _turns(vocab)
+    stops = {vocab.eos}
+    backend = _hosted(smollm_path, tmp_path, state_dir, "crashing")
+    try:
+        reply1 = list(backend.generate(first, GREEDY, stops))
+        deadline = time.monotonic() + 120
+        while not _state_files(state_dir) and time.monotonic() < deadline:  # written beside the engine's loop
+            time.sleep(0.05)
+        os.kill(backend.pid, signal.SIGKILL)  # the engine dies while idle
+        prompt2 = second(reply1)
+        generation = backend.generate(prompt2, GREEDY, stops)
+        list(generation)
+    finally:
+        backend.close()
+    assert "died of SIGKILL" in generation.stats.notice and "started again" in generation.stats.notice
+    loaded = len(first) + len(reply1) - 1
+    assert generation.stats.state.startswith(f"loaded {loaded} ids from disk in ")
+    assert generation.stats.prompt_evaluated == len(prompt2) - loaded
