@@ -111,7 +111,7 @@ def compact(session: Any, new: Sequence[ChatMessage]) -> Generator[ReplyEvent, N
     leaving = turns_between(c, c._window, plan.start)
     if plan.prompt is None or not leaving:
         return Compacted()
-    yield ReplyEvent("notice", f"context full: summarizing {name_turns(leaving)} to keep them in the prompt")
+    yield ReplyEvent("notice", f"context full: summarizing {name_turns(leaving)} before they leave the prompt")
     try:
         summary = summarize(c, plan.start)
     except BackendError as exc:
