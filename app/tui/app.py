@@ -328,6 +328,7 @@ class ChatApp(App):
             # /model: the conversation goes on with the new model (re-tokenized by its tokenizer)
             chat.session.set_system(old.session.system_prompt)
             chat.session.load_messages(old.session.messages, old.session.branches)
+            chat.session.compact_policy = old.session.compact_policy  # /compact is the chat's, not the model's
             if old.backend is not chat.backend:
                 old.backend.close()
         self.show_model()

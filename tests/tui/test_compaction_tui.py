@@ -125,3 +125,16 @@ async def test_pin_keeps_a_turn_in_the_prompt(scripted_app, smollm_path):
             await submit(pilot, f"turn {n}: {QUESTION}")
             await wait_reply(pilot)
         assert app.session._window > 2 and "PELICAN" in app.session.last_prompt.text
+
+
+async def test_the_chats_policy_outlives_a_model_switch(scripted_app, smollm_path):
+    app = scripted_app([LONG], options=options(smollm_path, "drop"), context_size=320)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        await submit(pilot, "/compact refuse")
+        assert app.session.compact_policy == "refuse"
+        old = app.chat
+        await submit(pilot, f"/model {smollm_path}")
+        await wait_for(pilot, lambda: app.chat is not old and app.query_one("ModelBar").state == "ready",
+                       what="the model loaded again")
+        assert app.session.compact_policy == "refuse"
