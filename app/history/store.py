@@ -507,6 +507,8 @@ class ChatStore:
         }
         with self._lock:
             path = self._path(self._conn, conv_id)
+        # another process may add a message between the two reads: the conversation is what the first read saw
+        path = [i for i in path if i in stored]
         on_path = set(path)
         return Conversation(self._info(rows[0]), [stored[i] for i in path],
                             [m for i, m in stored.items() if i not in on_path])
