@@ -156,3 +156,53 @@ def test_a_reloaded_conversation_starts_after_its_summary(tok):
 def test_summary_stats_and_pins_survive_the_message_dataclass(tok):
     message = ChatMessage("user", "x")
     assert message.pinned is False and replace(message, pinned=True).pinned
+
+
+@pytest.mark.slow
+def test_real_model_three_contexts_summarize_against_drop(smollm_path, tok):
+    """SmolLM2 through llama.cpp, ctx 512: a conversation of about three contexts goes on without an error
+    under summarize, every summary is a message of its own and in the prompt, and the turn after a
+    compaction evaluates only its new ids (the engine's cache holds the rest), where drop evaluates the
+    whole prompt again on every turn once it drops (measured by the engine: ``new_prompt_tokens``)."""
+    from backends import LoadOptions, open_backend
+
+    backend = open_backend(smollm_path, LoadOptions(backend="cpu", n_ctx=512, speculative="off"))
+    template, _ = resolve_template("auto", tok)
+
+    def note(n: int) -> str:
+        return (f"Note {n}: my friend number {n} is called Name{n}; she lives in city {n}, works as a baker, "
+                f"keeps {n} cats and a garden with {n + 2} apple trees and a small pond full of fish. " * 2).strip()
+
+    try:
+        measured = {}
+        for policy in ("summarize", "drop"):
+            session = ChatSession(tok, template, backend=backend, system_prompt="Be brief.", context_size=512,
+                                  sampling=SamplingParams(temperature=0.0, max_tokens=32))
+            session.compact_policy = policy
+            turns = []  # per turn: (compacted, ids evaluated, prompt ids, turns out of the prompt)
+            for n in range(11):
+                events = send(session, note(n))
+                assert events[-1].data.kind == "answered", events[-1].data
+                stats = events[-1].stats
+                summaries = [e.data for e in events if e.kind == "summary"]
+                assert bool(summaries) == (stats.compacted_turns > 0)
+                turns.append((stats.compacted_turns > 0, stats.new_prompt_tokens, stats.prompt_tokens,
+                              stats.dropped_turns))
+                if summaries:
+                    assert summaries[0] is active_summary(session.messages)
+                    assert summaries[0].content in session.last_prompt.text
+            measured[policy] = turns
+            if policy == "summarize":
+                made = [m for m in session.messages if m.role == "summary"]
+                assert len(made) >= 2 and all(m.reply_ids and m.stats.prompt_tokens for m in made)
+                written = sum(len(tok.encode(m.content)) for m in session.messages if m.role in ("user", "assistant"))
+                assert written >= 2.5 * 512  # the conversation outgrew the context between two and three times
+        # after each compaction, the next turn that compacts nothing extends the cached prefix
+        summarize = measured["summarize"]
+        after = [new for (compacted, *_), (c2, new, total, _) in zip(summarize, summarize[1:]) if compacted and not c2]
+        assert after and all(new < 130 for new in after), summarize  # the new message (~105 ids) only
+        # drop, once it drops, evaluates nearly the whole prompt every turn
+        dropping = [new for _, new, total, dropped in measured["drop"] if dropped]
+        assert dropping and min(dropping) > 250, measured["drop"]
+    finally:
+        backend.close()
