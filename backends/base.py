@@ -137,6 +137,9 @@ class LoadOptions:
     speculative: str = "auto"
     #: the small model that drafts for ``speculative = "draft"``; it must share the main model's vocabulary
     draft_model: Path | None = None
+    #: the KV cache's element types (backends.kv_types): "f16" (llama.cpp's default), "q8_0", "q4_0", or
+    #: "K/V" such as "q8_0/f16"; a quantized V switches flash attention on where it was "auto"
+    kv_type: str = "f16"
     #: where the local engine keeps its KV state between runs (backends.state_cache); None = kept nowhere
     state_dir: Path | None = None
     #: the most those states may take on disk, least recently used first out
@@ -157,9 +160,6 @@ class BackendInfo:
     total_layers: int = 0
     #: GPU memory the model, KV cache and compute buffers take (llama.cpp's log), MiB; 0 on the CPU
     vram_mib: int = 0
-    #: the KV cache's element types (backends.kv_types): "f16" (llama.cpp's default), "q8_0", "q4_0", or
-    #: "K/V" such as "q8_0/f16"; a quantized V switches flash attention on where it was "auto"
-    kv_type: str = "f16"
     notes: list[str] = field(default_factory=list)
     #: a short caveat the model bar keeps showing (e.g. a lossy weight conversion); "" = none
     caveat: str = ""

@@ -337,6 +337,7 @@ class Turn:
                         if getattr(info, "offloaded_layers", 0) and getattr(info, "total_layers", 0) else ""),
             vram_mib=getattr(info, "vram_mib", 0),
             verified=self.verified, model=info.model_name, template=c.template.name,
+            state=self.stats.state if self.stats is not None else "",
             sampling=asdict(replace(c.sampling, constraint=None)), reasoning_cut=self.reasoning_cut,
             drafted_tokens=drafted, accepted_tokens=accepted, constraint=describe(c.sampling.constraint),
             mask_ms=self.stats.mask_ms if self.stats is not None else 0.0,

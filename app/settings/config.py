@@ -133,6 +133,7 @@ SCHEMA: dict[str, Setting] = {
     "model.context_size": _tokens(0),  # 0: the model's own
     "model.threads": Setting("integer", minimum=0, maximum=MAX_THREADS),  # 0: llama.cpp's default
     "model.gpu_layers": Setting("integer", minimum=-1, maximum=MAX_GPU_LAYERS),  # -1: all that fit
+    "model.kv_type": Setting("string", KV_TYPE_CHOICES),
     "model.speculative": Setting("string", ("auto", "off", "ngram", "draft")),
     "model.draft_model": _S,
     "chat.template": Setting("string", TEMPLATE_NAMES),  # the one list (templates.names), as --template's
@@ -170,7 +171,6 @@ SCHEMA: dict[str, Setting] = {
     "ui.theme": _S,
     "server.url": _S,
     "server.kind": Setting("string", ("auto", "llamacpp", "vllm", "sglang")),
-    "model.kv_type": Setting("string", KV_TYPE_CHOICES),
     "server.api_key": _S,
     "server.trust_vocab": _B,
     "server.connect_timeout": _timeout(0.1),
