@@ -209,7 +209,8 @@ def _draft_problem(path: Path, options: ChatOptions) -> str | None:
     try:
         differs = vocab_difference(path, Path(draft))
     except (BackendError, OSError, ValueError, TokenizerError) as exc:
-        return f"the draft model {Path(draft).name} cannot be read ({exc}): {fix}"
+        return (f"could not read the draft model {Path(draft).name}: {exc}; download it again, give another "
+                "draft model, or --speculative off")
     return None if differs is None else f"the draft model {differs}: {fix}"
 
 
