@@ -13,7 +13,6 @@ vision projectors (``mmproj-*.gguf``) and LoRA adapters, which are skipped.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -102,18 +101,11 @@ def repo_ggufs(files: list[tuple[str, int, str]]) -> list[RepoGGUF]:
 
 
 def available_memory() -> int:
-    """Bytes of memory a model could use now: MemAvailable on Linux, else all physical memory."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass  # not Linux: fall back to the total below
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
+    """Bytes of memory a model could use now (:func:`backends.fit.available_ram`: one reader of the machine's
+    memory for the plan before loading and the choice of a download)."""
+    from backends.fit import available_ram
+
+    return available_ram()
 
 
 def _gb(n: int) -> str:
