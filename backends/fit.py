@@ -40,7 +40,6 @@ class ModelNeed:
     """Bytes one model needs at one context and KV type, by part."""
 
     name: str
-    n_ctx: int
     weights: int
     repacked: int
     kv: int
@@ -106,7 +105,7 @@ def model_need(path: Path, meta: Any, n_ctx: int, kv_type: KvType = F16, *, repa
         layers = meta.kv.get(f"{meta.architecture}.block_count")
         f16_layer = (kv_cache_bytes(meta, n_ctx, F16) or 0) // layers if isinstance(layers, int) and layers else 0
         compute += max(0, f16_layer - compute // 2)
-    return ModelNeed(name=Path(path).name, n_ctx=n_ctx, weights=weights, repacked=repacked,
+    return ModelNeed(name=Path(path).name, weights=weights, repacked=repacked,
                      kv=int(per_1024 * n_ctx / 1024), compute=compute, kv_per_token=per_1024 / 1024,
                      context_length=meta.context_length)
 
@@ -209,3 +208,33 @@ def refusal(path: Path, meta: Any, n_ctx: int, kv_type: KvType, memory: Memory, 
             f"{gb(main.weights + main.repacked)} and compute {gb(main.compute)}{draft_part} that is {gb(need)}, and "
             f"this machine has {gb(memory.total)} free ({where}): {advice} (largest with "
             f"{', '.join(others)}; the model was trained on {trained} tokens)")
+
+
+def default_offload(path: Path, meta: Any, n_ctx: int, kv_type: KvType, free: int,
+                    draft: Path | None = None) -> Any:
+    """The default GPU offload for ``path`` with ``free`` bytes of VRAM: a :class:`backends.offload.DraftedPlan`
+    where a readable ``draft`` model is placed first, else an :class:`backends.offload.OffloadPlan`; None where
+    the header cannot tell (llama.cpp's own "all layers" then).  The load (``backends.llama_cpp``) and
+    ``tokchat fit`` both ask this."""
+    from backends.base import BackendError
+    from backends.model_meta import known_meta, kv_cache_bytes
+    from backends.offload import model_sizes, plan_offload, plan_offload_with_draft
+
+    kv = kv_cache_bytes(meta, n_ctx, kv_type)
+    blocks = meta.kv.get(f"{meta.architecture}.block_count")
+    if kv is None or not isinstance(blocks, int) or blocks <= 0:
+        return None
+    try:
+        sizes = model_sizes(path, meta.gguf)  # the header the load already parsed, where it did
+    except (OSError, ValueError):
+        return None
+    if draft is not None:
+        try:
+            draft_meta = known_meta(draft, None)
+            draft_sizes = model_sizes(draft, draft_meta.gguf)
+            draft_kv = kv_cache_bytes(draft_meta, n_ctx, kv_type)
+        except (BackendError, OSError, ValueError):
+            draft_kv = None  # its load reports what is wrong with it
+        if draft_kv is not None and draft_sizes.blocks:
+            return plan_offload_with_draft(sizes, kv // blocks, free, draft_sizes, draft_kv // len(draft_sizes.blocks))
+    return plan_offload(sizes, kv // blocks, free)

@@ -52,12 +52,12 @@ from backends.base import (
 )
 from backends.cpu import available_cpus, llama_default_threads
 from backends.engine_log import capture_llama_log
+from backends.fit import default_offload
 from backends.kv_types import F16, KvType, KvTypeError, parse_kv_type
 from backends.llama_sampler import LlamaCppSampler
-from backends.model_meta import known_meta, kv_cache_bytes
+from backends.model_meta import known_meta
 from backends.offload import (
-    free_vram_bytes, model_sizes, out_of_memory_message, plan_offload, plan_offload_with_draft, ran_out_of_memory,
-    read_load_report,
+    DraftedPlan, free_vram_bytes, out_of_memory_message, ran_out_of_memory, read_load_report,
 )
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
 from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
@@ -295,27 +295,12 @@ class LlamaCppBackend:
         if asked is not None:
             return asked, None
         free = free_vram_bytes() if self.device == "CUDA" else None
-        kv = kv_cache_bytes(meta, n_ctx, kv_type)
-        blocks = meta.kv.get(f"{meta.architecture}.block_count")
-        if free is None or kv is None or not isinstance(blocks, int) or blocks <= 0:
+        plan = default_offload(path, meta, n_ctx, kv_type, free, draft) if free is not None else None
+        if plan is None:
             return -1, None  # llama.cpp's own "all layers"
-        try:
-            sizes = model_sizes(path, meta.gguf)  # the header the load already parsed, where it did
-        except (OSError, ValueError):
-            return -1, None
-        if draft is not None:
-            try:
-                draft_meta = known_meta(draft, None)
-                draft_sizes = model_sizes(draft, draft_meta.gguf)
-                draft_kv = kv_cache_bytes(draft_meta, n_ctx, kv_type)
-            except (BackendError, OSError, ValueError):
-                draft_kv = None  # its load reports what is wrong with it
-            if draft_kv is not None and draft_sizes.blocks:
-                both = plan_offload_with_draft(sizes, kv // blocks, free, draft_sizes,
-                                               draft_kv // len(draft_sizes.blocks))
-                self._draft_gpu_layers = both.draft_gpu_layers
-                return both.main.n_gpu_layers, both.main
-        plan = plan_offload(sizes, kv // blocks, free)
+        if isinstance(plan, DraftedPlan):
+            self._draft_gpu_layers = plan.draft_gpu_layers
+            plan = plan.main
         return plan.n_gpu_layers, plan
 
     def _prefill(self, prompt: list[int], cancelled: Callable[[], bool], report: ProgressListener,

@@ -29,10 +29,10 @@ def run(args: argparse.Namespace) -> int:
     from app.cli.terminal import shown
     from app.models.resolution import resolve_model
     from app.settings.merge import read_settings
-    from backends.fit import free_memory, gb, largest_context, model_need, need_at
+    from backends.fit import default_offload, free_memory, gb, largest_context, model_need, need_at
     from backends.kv_types import NAMES, KvTypeError, parse_kv_type
     from backends.model_meta import read_model_meta
-    from backends.offload import MIB, model_sizes, plan_offload
+    from backends.offload import MIB, DraftedPlan
 
     values = read_settings().values
     try:
@@ -65,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
                           "largest_ctx": largest_context(total_at, memory.total),
                           "largest_ctx_ram": largest_context(total_at, memory.ram)}
     gpu_plan = None
-    if memory.gpus:
-        sizes = model_sizes(path, meta.gguf)
-        blocks = len(sizes.blocks) or 1
-        free = memory.gpus[0] - (helper.weights + helper.kv if helper else 0)
-        gpu_plan = plan_offload(sizes, main.kv // blocks, max(0, free))
+    if memory.gpus:  # what the load would do on GPU0 (the same plan: the draft model first, whole, if it fits)
+        gpu_plan = default_offload(path, meta, n_ctx, kv_type, memory.gpus[0], draft[0] if draft else None)
+        draft_on_gpu = isinstance(gpu_plan, DraftedPlan) and gpu_plan.draft_gpu_layers == -1
+        if isinstance(gpu_plan, DraftedPlan):
+            gpu_plan = gpu_plan.main
     report = {"model": path.name, "n_ctx": n_ctx, "kv_type": str(kv_type), "weights": main.weights,
               "repacked": main.repacked, "kv": main.kv, "compute": main.compute,
               "draft": ({"model": helper.name, "total": helper.total, "kv": helper.kv} if helper else None),
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if gpu_plan:
         print(f"GPU offload (default): {gpu_plan.layers_on_gpu}/{gpu_plan.total_layers} layers on GPU0 "
               f"({gpu_plan.need_bytes // MIB:,} MiB of {gpu_plan.free_bytes // MIB:,} MiB free"
-              + (", after the draft model" if helper else "") + ")")
+              + (", after the draft model" if draft_on_gpu else ", the draft model on the CPU" if helper else "") + ")")
     trained = f" (trained on {meta.context_length:,})" if meta.context_length else ""
     print(f"largest context that fits{trained}:")
     for name, row in per_type.items():
