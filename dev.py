@@ -2,7 +2,7 @@
 """Set up and run tokchat with nothing but python3.
 
     python3 dev.py run  [tokchat args...]   # venv + tokchat + bundled model, then the chat TUI
-    python3 dev.py test [pytest args...]    # venv + test extras + test assets, then the whole suite
+    python3 dev.py test [pytest args...]    # venv + test extras + test assets, mypy, then the whole suite
     python3 dev.py test --sanitize          # the C accelerator built with ASan + UBSan, then the
                                             # tokenizer, hardening and fuzz-replay tests under it
 
@@ -151,7 +151,14 @@ def test(args: list[str]) -> int:
              "UndefinedBehaviorSanitizer in /tmp/tokchat-sanitized (about a minute), then the tokenizer, "
              "hardening and fuzz-replay tests under it (tests/fuzz/run_sanitized.py) ...")
         return subprocess.call([str(PY), str(ROOT / "tests" / "fuzz" / "run_sanitized.py"), *args], cwd=ROOT)
-    _say(f"test assets ready ({_took(start)}); running the tests ...")
+    _say(f"test assets ready ({_took(start)}); checking types (mypy, settings in pyproject.toml [tool.mypy]) ...")
+    # the types first: a seam that no longer fits fails in seconds, not after the suite (.mypy_cache keeps it quick)
+    start = time.monotonic()
+    if subprocess.call([str(PY), "-m", "mypy"], cwd=ROOT) != 0:
+        print("dev.py: the type check failed (mypy's errors above); fix them, then run the same command again",
+              file=sys.stderr)
+        return 1
+    _say(f"types checked ({_took(start)}); running the tests ...")
     # the set-up's time goes into pytest's summary (tests/conftest.py), beside the suite's
     env = dict(os.environ, TOKCHAT_SETUP_SECONDS=str(round(time.monotonic() - STARTED)))
     code = subprocess.call([str(PY), "-m", "pytest", *args], cwd=ROOT, env=env)
