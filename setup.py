@@ -44,8 +44,8 @@ def accel_extension() -> Extension:
     return Extension(
         "tokenizer._accel",
         sources=["tokenizer/_accel.c", "tokenizer/_accel_spm.c", "tokenizer/_accel_gguf.c",
-                 "tokenizer/_accel_merge_free.c"],
-        depends=["tokenizer/_accel_merger.h"],
+                 "tokenizer/_accel_merge_free.c", "tokenizer/_accel_encode.c"],
+        depends=["tokenizer/_accel_merger.h", "tokenizer/_accel_split.h"],
         extra_compile_args=_COMPILE,
         extra_link_args=_LINK,
         optional=not _COMPILE,

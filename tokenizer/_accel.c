@@ -25,6 +25,10 @@
  *       (_accel_gguf.c's merger_from_gguf builds the same table straight
  *       from a GGUF file's raw arrays, without a Python string per token.)
  *
+ *   encode_text(merger, text, mode, flags, cache) (in _accel_encode.c)
+ *       split() and Merger.encode() over a whole fragment, without a Python
+ *       string per piece, each distinct piece merged once into a C cache.
+ *
  * No Python objects are kept beyond the pair table; nothing here allocates
  * per character except the output list.
  */
@@ -34,18 +38,9 @@
 #include <string.h>
 
 #include "_accel_merger.h"
+#include "_accel_split.h"
 
 enum { F_L = 1, F_N = 2, F_M = 4, F_WS = 8 };
-enum { MODE_GPT2 = 0, MODE_LLAMA3 = 1, MODE_QWEN2 = 2, MODE_QWEN35 = 3, MODE_STARCODER = 4 };
-/* or-ed into the mode for Hugging Face's "(?i:'s|...)": U+017F LONG S also matches 's' */
-enum { MODE_FOLD_LONG_S = 0x100 };
-
-typedef struct {
-    int kind;
-    const void *data;
-    Py_ssize_t n;
-    const unsigned char *flags;
-} Text;
 
 static inline Py_UCS4 cp(const Text *t, Py_ssize_t i) {
     return i < t->n ? PyUnicode_READ(t->kind, t->data, i) : (Py_UCS4)-1;
@@ -76,7 +71,7 @@ static Py_ssize_t contraction(const Text *t, Py_ssize_t i, int any_case, int fol
 }
 
 /* length of the piece starting at i (always >= 1) */
-static Py_ssize_t next_piece(const Text *t, Py_ssize_t i, int mode, int fold_long_s) {
+Py_ssize_t accel_next_piece(const Text *t, Py_ssize_t i, int mode, int fold_long_s) {
     Py_ssize_t n = t->n, j;
     Py_UCS4 c = cp(t, i);
     int f = fl(t, i);
@@ -154,7 +149,7 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), flags.buf};
     PyObject *out = PyList_New(0);
     for (Py_ssize_t i = 0; out && i < t.n;) {
-        Py_ssize_t len = next_piece(&t, i, mode, fold_long_s);
+        Py_ssize_t len = accel_next_piece(&t, i, mode, fold_long_s);
         PyObject *piece = PyUnicode_Substring(text, i, i + len);
         if (!piece || PyList_Append(out, piece) < 0) {
             Py_XDECREF(piece);
@@ -171,15 +166,46 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
 /* ---- BPE merger ---------------------------------------------------------- */
 
 /* Slot, Merger and the slot lookup live in _accel_merger.h (shared with _accel_gguf.c) */
-#define MAX_SCAN 1024
+#define NO_RANK UINT32_MAX
 
-static Slot *find_slot(Merger *m, uint64_t key) { return merger_find_slot(m, key); }
-
-static inline int pair_rank(Merger *m, int32_t a, int32_t b, int32_t *merged) {
-    Slot *s = find_slot(m, (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1);
-    if (!s->key) return -1;
+/* the rank of the pair (a, b), NO_RANK when no merge joins them; *merged: the id they merge into */
+static inline uint32_t pair_rank(Merger *m, int32_t a, int32_t b, int32_t *merged) {
+    Slot *s = merger_find_slot(m, merger_key(a, b));
+    if (!s->key) return NO_RANK;
     *merged = s->merged;
-    return s->rank;
+    return (uint32_t)s->rank;
+}
+
+Py_ssize_t merger_merge(Merger *m, const unsigned char *bytes, Py_ssize_t n, int32_t *sym) {
+    if (n > MERGER_MAX_SCAN) return -1;
+    /* rank[i]: rank of (sym[i], sym[i+1]) (NO_RANK: none); merged[i]: the id that pair makes */
+    uint32_t rank[MERGER_MAX_SCAN];
+    int32_t merged[MERGER_MAX_SCAN];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        sym[i] = m->byte_ids[bytes[i]];
+        if (sym[i] < 0) return -1;
+    }
+    for (Py_ssize_t i = 0; i + 1 < n; i++) rank[i] = pair_rank(m, sym[i], sym[i + 1], &merged[i]);
+    while (n > 1) {
+        /* the lowest rank, leftmost on ties (strict <); branch-free enough for the compiler's cmov */
+        uint32_t low = NO_RANK;
+        Py_ssize_t best = 0;
+        for (Py_ssize_t i = 0; i + 1 < n; i++) {
+            if (rank[i] < low) {
+                low = rank[i];
+                best = i;
+            }
+        }
+        if (low == NO_RANK) break; /* nothing else can be merged */
+        sym[best] = merged[best];
+        memmove(&sym[best + 1], &sym[best + 2], (n - best - 2) * sizeof(int32_t));
+        memmove(&rank[best], &rank[best + 1], (n - best - 2) * sizeof(uint32_t));
+        memmove(&merged[best], &merged[best + 1], (n - best - 2) * sizeof(int32_t));
+        n--;
+        if (best > 0) rank[best - 1] = pair_rank(m, sym[best - 1], sym[best], &merged[best - 1]);
+        if (best + 1 < n) rank[best] = pair_rank(m, sym[best], sym[best + 1], &merged[best]);
+    }
+    return n;
 }
 
 static void Merger_dealloc(Merger *m) {
@@ -249,9 +275,9 @@ static int Merger_init(Merger *m, PyObject *args, PyObject *kw) {
             PyErr_SetString(PyExc_ValueError, "merges name strings that are not tokens");
             return -1;
         }
-        Slot *s = find_slot(m, (((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib) + 1);
+        Slot *s = merger_find_slot(m, merger_key(ia, ib));
         if (s->key && first_wins) continue;
-        s->key = (((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib) + 1;
+        s->key = merger_key(ia, ib);
         s->rank = (int32_t)r;
         s->merged = iab;
     }
@@ -271,29 +297,9 @@ static PyObject *Merger_encode(Merger *m, PyObject *piece) {
         PyErr_Clear(); /* lone surrogates: the Python path handles them */
         Py_RETURN_NONE;
     }
-    if (nbytes > MAX_SCAN) Py_RETURN_NONE;
-    int32_t sym[MAX_SCAN], rank[MAX_SCAN], merged[MAX_SCAN];
-    Py_ssize_t n = nbytes;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        sym[i] = m->byte_ids[(unsigned char)utf8[i]];
-        if (sym[i] < 0) Py_RETURN_NONE;
-    }
-    /* rank[i]: rank of (sym[i], sym[i+1]), or -1 */
-    for (Py_ssize_t i = 0; i + 1 < n; i++) rank[i] = pair_rank(m, sym[i], sym[i + 1], &merged[i]);
-    while (n > 1) {
-        Py_ssize_t best = -1;
-        for (Py_ssize_t i = 0; i + 1 < n; i++) {
-            if (rank[i] >= 0 && (best < 0 || rank[i] < rank[best])) best = i;
-        }
-        if (best < 0) break;
-        sym[best] = merged[best];
-        memmove(&sym[best + 1], &sym[best + 2], (n - best - 2) * sizeof(int32_t));
-        memmove(&rank[best], &rank[best + 1], (n - best - 2) * sizeof(int32_t));
-        memmove(&merged[best], &merged[best + 1], (n - best - 2) * sizeof(int32_t));
-        n--;
-        if (best > 0) rank[best - 1] = pair_rank(m, sym[best - 1], sym[best], &merged[best - 1]);
-        if (best + 1 < n) rank[best] = pair_rank(m, sym[best], sym[best + 1], &merged[best]);
-    }
+    int32_t sym[MERGER_MAX_SCAN];
+    Py_ssize_t n = merger_merge(m, (const unsigned char *)utf8, nbytes, sym);
+    if (n < 0) Py_RETURN_NONE;
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out && i < n; i++) {
         PyObject *v = PyLong_FromLong(sym[i]);
@@ -327,6 +333,8 @@ PyTypeObject MergerType = {
 /* defined in _accel_spm.c; WordPiece and Unigram in _accel_merge_free.c */
 extern PyTypeObject SPMMergerType;
 extern int accel_merge_free_add(PyObject *module);
+/* defined in _accel_encode.c: PieceCache and encode_text */
+extern int accel_encode_add(PyObject *module);
 
 static PyMethodDef module_methods[] = {
     {"split", py_split, METH_VARARGS, "split(text, mode, flags) -> list[str]"},
@@ -345,7 +353,7 @@ PyMODINIT_FUNC PyInit__accel(void) {
     Py_INCREF(&SPMMergerType);
     if (PyModule_AddObject(mod, "Merger", (PyObject *)&MergerType) < 0 ||
         PyModule_AddObject(mod, "SPMMerger", (PyObject *)&SPMMergerType) < 0 || accel_gguf_add(mod) < 0 ||
-        accel_merge_free_add(mod) < 0) {
+        accel_merge_free_add(mod) < 0 || accel_encode_add(mod) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -201,7 +201,7 @@ static int enter_chunk(Merger *m, const TokenTable *t, Pending *p, int n, int fi
             PyErr_SetString(PyExc_ValueError, "merges name strings that are not tokens");
             return -1;
         }
-        __builtin_prefetch(&m->slots[((merger_key(ia[j], ib[j]) * 0x9E3779B97F4A7C15ULL) >> 17) & m->mask], 1);
+        __builtin_prefetch(&m->slots[merger_hash(merger_key(ia[j], ib[j])) & m->mask], 1);
     }
     for (int j = 0; j < n; j++) { /* in rank order, so first_wins keeps the lowest rank */
         Slot *s = merger_find_slot(m, merger_key(ia[j], ib[j]));

@@ -29,12 +29,26 @@ static inline uint64_t merger_key(int32_t a, int32_t b) {
     return (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
 }
 
+/* the slot to start probing at: the product's high half folded into its low half, so that every
+ * bit of both ids reaches the masked bits (a plain shift of the product let only 4 bits of the left
+ * id through, and pairs with one right id then shared a handful of slots: probe chains hundreds long) */
+static inline uint64_t merger_hash(uint64_t key) {
+    uint64_t h = key * 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 32);
+}
+
 static inline Slot *merger_find_slot(Merger *m, uint64_t key) {
-    uint64_t h = (key * 0x9E3779B97F4A7C15ULL) >> 17;
-    for (uint64_t i = h & m->mask;; i = (i + 1) & m->mask) {
+    for (uint64_t i = merger_hash(key) & m->mask;; i = (i + 1) & m->mask) {
         if (m->slots[i].key == key || m->slots[i].key == 0) return &m->slots[i];
     }
 }
+
+/* pieces longer than this (in bytes) are left to Python */
+#define MERGER_MAX_SCAN 1024
+
+/* defined in _accel.c: rank-based BPE over one piece's UTF-8 bytes, the ids into sym (room for n);
+ * their count, or -1 when Python must decide (a byte without a token, more than MERGER_MAX_SCAN bytes) */
+Py_ssize_t merger_merge(Merger *m, const unsigned char *bytes, Py_ssize_t n, int32_t *sym);
 
 /* defined in _accel_gguf.c: adds gguf_strings and merger_from_gguf to the module */
 int accel_gguf_add(PyObject *module);

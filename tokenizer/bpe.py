@@ -80,9 +80,7 @@ class BPEModel:
         missing = set(pieces).difference(cache)
         fresh: dict[str, list[int]] = {}
         if missing:
-            if self._merger_factory is not None:
-                # built on the first miss, not at load: `tokchat info` never pays for it
-                self.merger, self._merger_factory = self._merger_factory() or self._id_merger(), None
+            self.built_merger()
             piece_ids = self.piece_ids
             fresh = {piece: piece_ids(piece) for piece in missing}
             if len(cache) + len(fresh) > CACHE_LIMIT:
@@ -99,6 +97,15 @@ class BPEModel:
                 ids = fresh.get(piece)
                 out.extend(ids if ids is not None else self.piece_ids(piece))
         return out
+
+    def built_merger(self) -> Any:
+        """The merger on token ids (the C one, else :class:`tokenizer.bpe_ids.IdMerger`, else None).
+
+        Built on first use, not at load: ``tokchat info`` never pays for it.
+        """
+        if self._merger_factory is not None:
+            self.merger, self._merger_factory = self._merger_factory() or self._id_merger(), None
+        return self.merger
 
     def _id_merger(self) -> Any:
         from tokenizer.bpe_ids import IdMerger

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from tokenizer.errors import TokenizerError
 from tokenizer.stream import StreamDecoder
@@ -33,6 +33,12 @@ ATTR_RSTRIP = 1 << 8
 ATTR_SINGLE_WORD = 1 << 9
 #: attributes that make a token "special" for ``skip_special`` and ``is_special``
 SPECIAL_ATTRS = ATTR_CONTROL | ATTR_UNKNOWN | ATTR_UNUSED
+
+
+class PieceCache(Protocol):
+    """A model's per-piece cache: a dict, or the C accelerator's ``tokenizer._accel.PieceCache``."""
+
+    def clear(self) -> None: ...
 
 
 @dataclass
@@ -65,7 +71,7 @@ class TokenizerParts:
     token_to_id: dict[str, int] | None = None
     source: str = ""
     #: the per-piece caches the model keeps (cleared by ``Tokenizer.clear_cache``)
-    caches: list[dict] = field(default_factory=list)
+    caches: list[PieceCache] = field(default_factory=list)
 
 
 class Tokenizer:

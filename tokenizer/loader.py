@@ -14,12 +14,13 @@ from pathlib import Path
 from tokenizer.bpe import BPEModel
 from tokenizer.bytelevel import from_byte_chars, to_byte_chars
 from tokenizer.core import (
-    ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED, Tokenizer, TokenizerParts,
+    ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED, PieceCache, Tokenizer,
+    TokenizerParts,
 )
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf import GGUFFile, read_gguf
 from tokenizer.gguf_vocab import ids_with, metadata_without_arrays, parse_merges, read_vocab
-from tokenizer.merger import make_merger
+from tokenizer.merger import fragment_encoder, make_merger
 from tokenizer.pretokenize import make_pretokenizer, resolve_pre
 from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
 from tokenizer.spm import SPMModel
@@ -72,7 +73,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
     v = read_vocab(g)
     tokens, ids, attrs = v["tokens"], v["ids"], v["attrs"]
     model = v["model"]
-    caches: list[dict] = []
+    caches: list[PieceCache] = []
     if model == "llama":
         kind, pre, encode_fragment, render = "spm", None, *_spm_parts(v)
     elif model == "gpt2":
@@ -110,7 +111,7 @@ def _check_merges(merges: object) -> None:
         raise TokenizerError("BPE vocabulary has no tokenizer.ggml.merges string array")
 
 
-def _bpe_parts(v: dict, merges: object, caches: list[dict], raw: dict | None = None):
+def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | None = None):
     pre_type, ignore_merges = resolve_pre(v["pre"])
     pretok = make_pretokenizer(pre_type)
     ids = v["ids"]
@@ -126,8 +127,15 @@ def _bpe_parts(v: dict, merges: object, caches: list[dict], raw: dict | None = N
                    merger=lambda: make_merger(merges, ids, first_wins=True, raw=raw))
     caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
+    # split and merged in C when the splitter is C's (ignore_merges needs the whole-piece lookup of piece_ids)
+    whole = (fragment_encoder(bpe.built_merger, pretok.c_mode, caches)
+             if pretok.c_mode is not None and not ignore_merges else None)
 
     def encode_fragment(text: str) -> list[int]:
+        if whole is not None:
+            ids = whole(text)
+            if ids is not None:
+                return ids
         return encode_pieces(split(text))
 
     def render(text: str) -> bytes:
@@ -145,7 +153,7 @@ def _hex_byte_ids(ids: dict[str, int]):
     return unknown
 
 
-def _gemma4_parts(v: dict, merges: object, caches: list[dict]):
+def _gemma4_parts(v: dict, merges: object, caches: list[PieceCache]):
     ids = v["ids"]
     pretok = make_pretokenizer("gemma4")
 

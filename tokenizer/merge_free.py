@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tokenizer.accel import accel_module
+from tokenizer.core import PieceCache
 from tokenizer.errors import TokenizerError
 
 _SPACE = "\u2581"
@@ -36,7 +37,7 @@ def _bool(kv: dict[str, Any], key: str, default: bool) -> bool:
     return value if isinstance(value, bool) else default
 
 
-def gguf_parts(model: str, v: dict[str, Any], kv: dict[str, Any], caches: list[dict]
+def gguf_parts(model: str, v: dict[str, Any], kv: dict[str, Any], caches: list[PieceCache]
                ) -> tuple[Callable[[str], list[int]], Callable[[str], bytes]]:
     """(encode_fragment, render) for a ``bert`` or ``t5`` GGUF vocabulary ``v``."""
     if model == "bert":

@@ -1,12 +1,16 @@
-"""The C accelerator's id-based BPE merger, built from a vocabulary's merges.
+"""The C accelerator's id-based BPE merger, built from a vocabulary's merges, and the
+whole-fragment encoder that splits and merges in C around it.
 
 Shared by the two BPE loaders (GGUF in :mod:`tokenizer.loader`, ``tokenizer.json`` in
 :mod:`tokenizer.hf_json`), so it sits below both of them.
 """
 from __future__ import annotations
 
-from tokenizer.accel import accel_module
+from typing import Any, Callable
+
+from tokenizer.accel import accel_module, flag_table
 from tokenizer.bytelevel import BYTE_TO_CHAR
+from tokenizer.core import PieceCache
 
 
 def make_merger(merges: object, ids: dict[str, int], first_wins: bool, raw: dict | None = None):
@@ -37,3 +41,34 @@ def _merger_from_strings(accel, merges: list, ids: dict[str, int], first_wins: b
         return accel.Merger(merges, ids, BYTE_TO_CHAR, first_wins)
     except (ValueError, TypeError):
         return None
+
+
+def fragment_encoder(merger: Callable[[], Any], c_mode: int,
+                     caches: list[PieceCache]) -> Callable[[str], list[int] | None] | None:
+    """Split and merge a whole fragment in C (``tokenizer._accel.encode_text``), or None without the accelerator.
+
+    ``merger`` returns the model's merger (built on first use); ``c_mode`` is
+    the C splitter's mode.  The returned function gives the ids that splitting
+    with ``tokenizer._accel.split`` and merging each piece with
+    ``Merger.encode`` give, or None where that path leaves a piece to Python
+    (the caller then encodes piece by piece).  Its piece cache, kept in C, is
+    added to ``caches`` so that ``Tokenizer.clear_cache`` empties it.
+
+    Why: per piece, a Python string, a set entry, a dict entry and a list
+    extend cost about as much as merging it; on multilingual text (few
+    repeated pieces) they were half of a cold encode.
+    """
+    accel = accel_module()
+    if accel is None:
+        return None
+    cache = accel.PieceCache()
+    caches.append(cache)
+    encode_text, merger_type = accel.encode_text, accel.Merger
+
+    def encode(text: str) -> list[int] | None:
+        m = merger()
+        if type(m) is not merger_type:  # the pure-Python IdMerger: merges C could not express
+            return None
+        return encode_text(m, text, c_mode, flag_table(), cache)
+
+    return encode

@@ -187,6 +187,8 @@ class PreTokenizer:
 
     pre_type: str
     split: Callable[[str], list[str]]
+    #: the C splitter's mode when ``split`` is the C accelerator's (``tokenizer._accel.split``), else None
+    c_mode: int | None = None
 
 
 def _sequential(patterns: list[regex.Pattern[str]]) -> Callable[[str], list[str]]:
@@ -228,7 +230,7 @@ def make_pretokenizer(pre_type: str, accelerated: bool = True) -> PreTokenizer:
     if accel is not None and pre_type in SPLIT_MODES:
         mode, split = SPLIT_MODES[pre_type], accel.split
         # the flag table is built on the first split (once per process), not at load
-        return PreTokenizer(pre_type, lambda text: split(text, mode, flag_table()))
+        return PreTokenizer(pre_type, lambda text: split(text, mode, flag_table()), c_mode=mode)
     fused = _FUSED.get(pre_type)
     if fused is None and len(PRE_TYPES[pre_type]) == 1:
         fused = PRE_TYPES[pre_type][0]
