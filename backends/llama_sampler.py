@@ -31,6 +31,8 @@ class LlamaCppSampler:
         self._lib = llama_cpp
         #: the reply's constraint: it masks the logits before the chain picks and takes the id picked
         self.constraint = constraint
+        if constraint is not None:  # a think block left free, the ids a continued reply holds taken first
+            constraint.follow(context, sampling.generated_ids)
         self._n_vocab = n_vocab
         self.chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         add = lambda sampler: llama_cpp.llama_sampler_chain_add(self.chain, sampler)  # noqa: E731
