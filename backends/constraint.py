@@ -18,7 +18,16 @@ Three steps, in three places:
 * :func:`check_reply` (the chat's process, after the reply): the text checked again, a JSON Schema with
   the ``jsonschema`` package, so a remote server's reply is judged too.
 
-Not handled: thinking models (the think block is not left free), tool arguments, MLX's NumPy chain.
+A thinking model's think block is left free and the constraint holds the answer after it (as vLLM's
+reasoning parsers do), by the rules :class:`tokenizer.think.ThinkFilter` files reasoning with: the reply
+starts inside the block when the prompt left ``<think>`` open, and may open one itself when the vocabulary
+has ``<think>`` as one special id (:meth:`GrammarVocabulary.think_state`); :func:`answer_after_think`
+is the grammar.  The ids a reply already holds (a continuation, the ids after a reasoning budget closed
+the block: ``SamplingParams.generated_ids``) are replayed through the matcher first
+(:meth:`ConstrainedReply.follow`), so the format holds from where the reply stopped, or the reply is
+refused in one line when what it holds already breaks it.
+
+Not handled: MLX's NumPy chain.
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ KINDS = ("json", "json_schema", "regex", "grammar")
 MAX_SOURCE_BYTES = 1 << 20
 #: the schema ``--json`` means: any JSON value
 ANY_JSON = "{}"
+#: a think block's tags, as :class:`tokenizer.think.ThinkFilter` reads them
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 class ConstraintError(ValueError):
@@ -195,6 +206,30 @@ def grammar_text(constraint: OutputConstraint) -> str:
         raise ConstraintError(f"the {kind.replace('_', ' ')} cannot be used: {_one_line(str(exc))}") from exc
 
 
+def answer_after_think(answer: str, *, opened: bool, special_tags: bool) -> str:
+    """The grammar of a reply whose think block is free and whose answer (after it) is held to ``answer``.
+
+    ``answer``: what :func:`grammar_text` gives (llguidance JSON or Lark text).  ``opened``: the prompt
+    left the block open, so the reply starts inside it and must close it; otherwise the block is
+    optional and must come first.  ``special_tags``: the tags are single special ids (``<think>`` names
+    the id in Lark); otherwise they are text and the block ends at the first ``</think>`` (a lazy
+    lexeme).  The newlines after the close are free too, as the think filter drops them from the answer.
+    The reply cannot end inside the block: it is not a match until the answer is.
+    """
+    parsed = json.loads(answer) if answer.lstrip().startswith("{") else {"grammars": [{"lark_grammar": answer}]}
+    sides = [dict(g) for g in parsed["grammars"]]
+    sides[0]["name"] = "answer"
+    if special_tags:
+        think_rule = f"think: THINK_TEXT {THINK_CLOSE}"
+        opener = THINK_OPEN
+    else:
+        think_rule = f"think[lazy]: THINK_TEXT {json.dumps(THINK_CLOSE)}"
+        opener = json.dumps(THINK_OPEN)
+    start = "start: think NL? @answer" if opened else f"start: ({opener} think NL?)? @answer"
+    lark = "\n".join(["%llguidance {}", start, think_rule, r"THINK_TEXT: /(.|\n)*/", r"NL: /[\r\n]+/", ""])
+    return json.dumps({"grammars": [{"name": "reply", "lark_grammar": lark}, *sides]})
+
+
 # -- the engine's side: one vocabulary per model, one matcher per reply -------------------------------------
 
 class GrammarVocabulary:
@@ -236,12 +271,26 @@ class GrammarVocabulary:
 
         self.n_vocab = max(n_vocab or size, size)
         self.stop_ids = frozenset(stops)
+        self.tokenizer = tokenizer
+        #: whether both think tags are one special id each (Qwen3, R1): a reply may then open a block itself
+        self.special_think = all(
+            len(ids := tokenizer.encode(tag, special=True)) == 1 and pieces[ids[0]].startswith(b"\xff")
+            for tag in (THINK_OPEN, THINK_CLOSE))
         self.lltokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Source()), n_vocab=self.n_vocab,
                                                   eos_token=stops)
 
     def start(self, constraint: OutputConstraint) -> ConstrainedReply:
         """A fresh matcher for one reply (compiling the grammar: milliseconds for most schemas)."""
         return ConstrainedReply(self, constraint)
+
+    def think_state(self, prompt: Sequence[int]) -> str:
+        """How a reply after ``prompt`` may think: "open" (the prompt left ``<think>`` open, as
+        :meth:`tokenizer.think.ThinkFilter.for_prompt` reads a prompt), "optional" (the vocabulary has the
+        tags as special ids: the model may open a block itself), "" (no think block: the answer is all)."""
+        tail = self.tokenizer.decode(list(prompt[-8:])) if len(prompt) else ""
+        if tail.rstrip().endswith(THINK_OPEN):
+            return "open"
+        return "optional" if self.special_think else ""
 
 
 @dataclass
@@ -269,6 +318,40 @@ class ConstrainedReply:
             raise ConstraintError(f"the {constraint.kind.replace('_', ' ')} cannot be used: "
                                   f"{_one_line(self._matcher.get_error())}")
         self._bitmask = allocate_token_bitmask(1, vocab.n_vocab)
+        #: how the reply may think ("open", "optional", ""), set by :meth:`follow`
+        self.think = ""
+
+    def follow(self, context: Sequence[int], generated: int = 0) -> None:
+        """Place the matcher where the reply starts: after ``context``, whose last ``generated`` ids the
+        model already generated for this reply (a continuation, or the ids before and the ids that closed
+        a think block a reasoning budget cut).  A reply that may think gets the grammar whose think block
+        is free (:func:`answer_after_think`); the generated ids are then taken as if sampled.  Raises
+        BackendError (one line) when they already break the constraint: the reply cannot be held from there.
+        """
+        import llguidance
+
+        from backends.base import BackendError
+
+        generated = max(0, min(int(generated), len(context)))
+        head, done = list(context[: len(context) - generated]), list(context[len(context) - generated:])
+        self.think = self.vocab.think_state(head)
+        if self.think:
+            grammar = answer_after_think(grammar_text(self.constraint), opened=self.think == "open",
+                                         special_tags=self.vocab.special_think)
+            self._matcher = llguidance.LLMatcher(self.vocab.lltokenizer, grammar, log_level=0)
+            if self._matcher.is_error():
+                raise BackendError(f"the {describe(self.constraint)} cannot be used after a think block: "
+                                   f"{_one_line(self._matcher.get_error())}")
+        if not done:
+            return
+        taken = self._matcher.validate_tokens(done)
+        if taken < len(done):
+            text = self.vocab.tokenizer.decode(done[: taken + 1])
+            raise BackendError(f"the reply being continued already breaks the {describe(self.constraint)} "
+                               f"at {text[-40:]!r}: it cannot be held from there; turn the format off to continue "
+                               "it, or ask again")
+        for token in done:
+            self._matcher.consume_token(token)
 
     def allowed(self) -> Any:
         """A NumPy bool array over the vocabulary: True where the next id may be that id."""
@@ -425,4 +508,4 @@ def reply_verdict(constraint: OutputConstraint, text: str, finish_reason: str, w
 
 
 __all__ = ["ConstraintError", "ConstrainedReply", "GrammarVocabulary", "VocabularyCache", "check_reply",
-           "describe", "grammar_text", "is_gbnf", "parse_constraint", "refuse_format", "reply_verdict", "server_fields", "KINDS", "MAX_SOURCE_BYTES"]
+           "answer_after_think", "describe", "grammar_text", "is_gbnf", "parse_constraint", "refuse_format", "reply_verdict", "server_fields", "KINDS", "MAX_SOURCE_BYTES"]
