@@ -20,7 +20,8 @@ cached ids, so it is the prompt minus the whole KV blocks shared with the
 previous request (prompt + reply) — what the block-level prefix cache can
 reuse.  The prompt is evaluated in one engine call, so there is no prompt
 progress to report.  Not handled: LoRA adapters, speculative decoding, chat
-history objects (tokchat renders its own prompt).
+history objects (tokchat renders its own prompt), a state kept between runs (the
+first reply's ``stats.state`` says so once, :data:`STATE_NOTE`).
 """
 from __future__ import annotations
 
@@ -131,6 +132,10 @@ def block_telemetry() -> None:
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
 
 
+#: the first reply's stats note where states are on (issue 45): what this engine keeps, in one line
+STATE_NOTE = "none (OpenVINO keeps nothing between runs)"
+
+
 class OpenVINOBackend:
     """One GGUF model in an OpenVINO GenAI ``LLMPipeline``."""
 
@@ -141,6 +146,8 @@ class OpenVINOBackend:
         self._pipe = None
         self._worker: Worker | None = None
         self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
+        #: said in the first reply's stats, then "" (states off: nothing to say)
+        self._state_note = ""
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         block_telemetry()
@@ -166,6 +173,7 @@ class OpenVINOBackend:
             # evaluation was faster, and a chat feels decode (docs/engine.md, "Figures behind the code's choices")
             properties["INFERENCE_PRECISION_HINT"] = "f32"
             precision_note = F32_NOTE
+        self._state_note = STATE_NOTE if options.state_dir is not None else ""
         self._worker = new_worker("openvino", self._inline)
         try:
             self._pipe = self._worker.call(lambda: og.LLMPipeline(str(model_path), device, **properties))
@@ -230,6 +238,7 @@ class OpenVINOBackend:
         stops = frozenset(stop_ids)
         cfg = self._config(sampling, max_new)
         stats = GenerationStats()
+        stats.state, self._state_note = self._state_note, ""
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             import numpy as np

@@ -27,6 +27,10 @@ events read line by line with a cap), the timeouts, the faults and the accountin
   session marks that turn's counts "unverified".  ``stats.prompt_evaluated`` is the
   server's number (``timings.prompt_n``, prompt minus ``cached_tokens``); its prompt
   progress, speculation counts, speed and finish reason go in the same stats.
+* **What the server keeps.**  ``state`` (a :class:`backends.remote_protocol.ServerState`, set at
+  connect by :func:`backends.remote_slots.server_state`) is asked before every turn and told after
+  it: llama-server's slots saved to and restored from its disk, or one line saying what the server
+  keeps (``stats.state``).
 
 Not handled here: choosing the tokenizer and checking the vocabulary at connect
 (:mod:`backends.remote_connect`), TLS client certificates, HTTP/2 (httpx can, once the
@@ -48,7 +52,7 @@ from backends.base import (
     SamplingParams, checked_prompt, resolve_seed,
 )
 from backends.handoff import ENDED, Failed, drain
-from backends.remote_protocol import Adapter, Request, ServerCounts, ServerInfo, error_message
+from backends.remote_protocol import Adapter, Request, SaidOnce, ServerCounts, ServerInfo, ServerState, error_message
 from backends.timeouts import REMOTE_CONNECT_S, REMOTE_FIRST_TOKEN_S, REMOTE_IDLE_S
 
 
@@ -136,6 +140,10 @@ def _transport_error(exc: Exception, url: str, *, streaming: bool, path: str = "
         hint = f": not HTTP; if it speaks TLS, use {'https://' + url.split('://', 1)[1]}"
     return BackendError(f"the connection to {url} failed{where} ({type(exc).__name__}: {exc}){hint}")
 
+
+#: how long closing waits for a slot save under way (the bound issue 45 sets on quitting); the server finishes a
+#: save it was sent whether tokchat still waits or not
+CLOSE_WAIT_S = 1.0
 
 #: a kept-alive connection the server closed meanwhile fails before any answer, like this
 _STALE = ("RemoteProtocolError", "ReadError", "WriteError")
@@ -309,6 +317,8 @@ class RemoteBackend:
         self._cancel = threading.Event()
         #: the size of our tokenizer's vocabulary (set at connect): an id outside it is the server's error
         self.vocab_size = 0
+        #: what tokchat does with what the server keeps between runs (set at connect: backends.remote_slots)
+        self.state: ServerState = SaidOnce("")
 
     # -- plain requests ---------------------------------------------------------------------
 
@@ -404,12 +414,15 @@ class RemoteBackend:
     def _turn(self, prompt: list[int], sampling: SamplingParams, stops: frozenset[int], seed: int,
               stats: GenerationStats, report: ProgressListener) -> Iterator[int]:
         parser = self.adapter.parser(prompt)
-        stream = _Stream(self, self.adapter.completion(prompt, sampling, stops, seed), parser, report)
+        # a saved slot restored here, before the prompt is sent, counts in the time to the first id
+        request = self.state.prepare(prompt, self.adapter.completion(prompt, sampling, stops, seed), stats)
+        stream = _Stream(self, request, parser, report)
         self._stream = stream
         received: list[int] = []
         expected: int | None = None  # the server's count at the last id we passed on
         ended = False  # the server finished the reply (as opposed to us stopping it)
         stopped = False
+        failed = False  # the turn ended in an error: the server's cache is nothing to keep
         last = time.monotonic()
         stream.start()
 
@@ -458,9 +471,14 @@ class RemoteBackend:
                                    "finished; the reply so far is kept")
             if ended:
                 self._said_cut(parser.counts, len(received), sampling.max_tokens, stats)
+        except BackendError:
+            failed = True
+            raise
         finally:
             stream.abort()
             self._account(prompt, received, expected, parser, stats)
+            if received and not failed:
+                self.state.after(prompt + received, parser.counts)
 
     def _said_cut(self, counts: ServerCounts, received: int, max_tokens: int, stats: GenerationStats) -> None:
         """A reply the server ended itself, short of the end of text and of ``max_tokens``: an abort
@@ -538,5 +556,7 @@ class RemoteBackend:
             self._stream.abort()
 
     def close(self) -> None:
+        """Cancel, wait a bounded while for a slot save under way (:data:`CLOSE_WAIT_S`), close the connection."""
         self.cancel()
+        self.state.flush(CLOSE_WAIT_S)
         self.client.close()

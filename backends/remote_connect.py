@@ -238,8 +238,11 @@ def _checked_kind(backend: RemoteBackend, asked: str) -> str:
     return found
 
 
-def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: int | None = None) -> RemoteBackend:
-    """Steps 3 and 4 of the module docstring on an :func:`open_client`; closes it on failure."""
+def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: int | None = None,
+                   state_dir: Path | None = None) -> RemoteBackend:
+    """Steps 3 and 4 of the module docstring on an :func:`open_client`, then what tokchat keeps of the server's
+    state under ``state_dir`` (:func:`backends.remote_slots.server_state`; None: states off); closes it on
+    failure."""
     settings = backend.settings
     try:
         backend.adapter = make_adapter(backend.adapter.kind, tokenizer)
@@ -262,12 +265,16 @@ def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: i
                 backend.info.context_size = n_ctx
         if not backend.info.context_size:
             raise BackendError(f"the server at {settings.url} does not say its context size: pass --ctx")
+        from backends.remote_slots import server_state
+
+        backend.state = server_state(backend, state_dir)
     except BaseException:
         backend.close()
         raise
     return backend
 
 
-def connect(settings: RemoteSettings, tokenizer: Any, source: str, n_ctx: int | None = None) -> RemoteBackend:
+def connect(settings: RemoteSettings, tokenizer: Any, source: str, n_ctx: int | None = None,
+            state_dir: Path | None = None) -> RemoteBackend:
     """The whole connect sequence (module docstring) for a chat with ``tokenizer``."""
-    return finish_connect(open_client(settings), tokenizer, source, n_ctx)
+    return finish_connect(open_client(settings), tokenizer, source, n_ctx, state_dir)

@@ -154,6 +154,11 @@ class LlamaCppStream:
                 self.position = int(predicted)
         if event.get("stop"):
             self._done = True
+            # the final event's slot and cache size: what backends.remote_slots asks the server to save
+            if event.get("id_slot") is not None:
+                counts.slot = int(event["id_slot"])
+            if event.get("tokens_cached") is not None:
+                counts.held = int(event["tokens_cached"])
             counts.finish = _FINISH.get(str(event.get("stop_type", "")), "stop")
             counts.said = f'stop_type "{str(event.get("stop_type", ""))[:100]}"'
         return ids
@@ -182,6 +187,10 @@ class LlamaCppAdapter:
     """llama-server's native API (``/completion``, ``/tokenize``, ``/props``, ``/v1/models``)."""
 
     kind = "llamacpp"
+    #: said once where the server cannot save its slots (started without ``--slot-save-path``); where it can,
+    #: backends.remote_slots saves and restores them
+    state_note = ("none (llama-server keeps nothing between its runs: start it with --slot-save-path DIR "
+                  "for tokchat to keep conversations there)")
 
     def __init__(self, slot: int = -1, held_back: HeldBackIds | None = None) -> None:
         #: the server slot this conversation's cache lives in (-1: the server picks)
@@ -236,4 +245,6 @@ class LlamaCppAdapter:
             model=str(props.get("model_path") or models[0].get("id") or ""),
             context_size=meta.get("n_ctx") or settings.get("n_ctx"),
             n_vocab=meta.get("n_vocab"), slots=props.get("total_slots"),
+            identity=" ".join(f"{k}={meta.get(k)}" for k in ("size", "n_params", "ftype", "n_embd", "n_vocab"))
+            + f" build={props.get('build_info', '')}",
         )

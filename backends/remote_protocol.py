@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Protocol, Sequence
 
-from backends.base import DraftCounts, SamplingParams
+from backends.base import DraftCounts, GenerationStats, SamplingParams
 
 #: the server kinds tokchat speaks to
 SERVER_KINDS = ("llamacpp", "vllm", "sglang")
@@ -38,6 +38,11 @@ class ServerCounts:
     progress: tuple[int, int, float] | None = None
     #: its own speculation numbers (a server started with a drafter)
     draft: DraftCounts | None = None
+    #: the slot that served the turn (llama-server's ``id_slot``)
+    slot: int | None = None
+    #: ids its cache held for the conversation when the reply ended (llama-server's ``tokens_cached``: prompt
+    #: and reply but the reply's last id, which is never evaluated)
+    held: int | None = None
 
 
 @dataclass
@@ -52,6 +57,9 @@ class ServerInfo:
     n_vocab: int | None = None
     slots: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: what identifies the served weights and build beyond the model's name (llama-server: the file's size,
+    #: parameters and type, and the build): the key of what tokchat asks the server to save
+    identity: str = ""
 
 
 @dataclass
@@ -83,6 +91,9 @@ class Adapter(Protocol):
     """One server kind's protocol; see the module docstring."""
 
     kind: str
+    #: what the server keeps of a conversation between requests and runs, as the stats' ``state`` says it once
+    #: (``none (why)``); llama-server's is said only when it cannot save slots (backends.remote_slots)
+    state_note: str
 
     def completion(
         self, prompt: Sequence[int], sampling: SamplingParams, stop_ids: Collection[int], seed: int
@@ -97,6 +108,40 @@ class Adapter(Protocol):
     def info_requests(self) -> list[Request]: ...
 
     def server_info(self, url: str, replies: dict[str, Any]) -> ServerInfo: ...
+
+
+class ServerState(Protocol):
+    """What tokchat does with what a server keeps between runs (:mod:`backends.remote_slots`): called by
+    :class:`backends.remote.RemoteBackend` around every turn."""
+
+    def prepare(self, prompt: list[int], request: Request, stats: GenerationStats) -> Request:
+        """Before the turn: set ``stats.state``; the request to send (a restored slot pins it)."""
+        ...
+
+    def after(self, ids: list[int], counts: ServerCounts) -> None:
+        """After a turn that did not fail: ``ids`` (prompt and reply) and the server's counts."""
+        ...
+
+    def flush(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for what is under way (the chat closes)."""
+        ...
+
+
+class SaidOnce:
+    """A server whose state tokchat does nothing with: ``note`` in the first turn's stats, then nothing."""
+
+    def __init__(self, note: str) -> None:
+        self.note = note
+
+    def prepare(self, prompt: list[int], request: Request, stats: GenerationStats) -> Request:
+        stats.state, self.note = self.note, ""
+        return request
+
+    def after(self, ids: list[int], counts: ServerCounts) -> None:
+        """Nothing to keep."""
+
+    def flush(self, timeout: float) -> None:
+        """Nothing under way."""
 
 
 def error_message(body: Any) -> str:

@@ -77,6 +77,8 @@ class SGLangAdapter:
     """SGLang's native API (``/generate``, ``/tokenize``, ``/get_model_info``, ``/get_server_info``)."""
 
     kind = "sglang"
+    #: said once in the stats (issue 45): what the server keeps; tokchat does nothing more
+    state_note = "none on disk (SGLang keeps a prefix cache in memory across requests, until it restarts)"
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model

@@ -67,6 +67,8 @@ class VLLMAdapter:
     """vLLM's OpenAI-compatible server (``/v1/completions``, ``/tokenize``, ``/v1/models``, ``/version``)."""
 
     kind = "vllm"
+    #: said once in the stats (issue 45): what the server keeps; tokchat does nothing more
+    state_note = "none on disk (vLLM keeps a prefix cache in memory across requests, until it restarts)"
 
     def __init__(self, model: str | None = None) -> None:
         #: the served model name (from ``/v1/models``); vLLM checks it when given

@@ -241,7 +241,8 @@ def _connect(options: ChatOptions, say: Progress) -> tuple[Any, Any, str | None,
         backend.close()
         raise
     say(f"checking that {settings.url} uses the same token ids")
-    finish_connect(backend, tokenizer, str(path), options.ctx)  # closes the client when it fails
+    # closes the client when it fails; states on: llama-server's slots kept on its disk (backends.remote_slots)
+    finish_connect(backend, tokenizer, str(path), options.ctx, options.state_dir)
     return tokenizer, template, notice, backend, path
 
 
