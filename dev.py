@@ -82,11 +82,18 @@ def ensure_engine(engine_only: bool = False) -> None:
     _pip("install", "--quiet", "cmake>=3.28", "ninja>=1.11")  # the build's tools, as pip wheels
     start = time.monotonic()
     only = ["--engine-only"] if engine_only else []  # `run`: the chat's libraries; the tests' servers come later
-    if subprocess.run([str(PY), "-m", "backends.engine_build", "--install", *only], cwd=ROOT).returncode != 0:
+    # its last line on stdout is the folder of the build it installed (its progress goes to stderr)
+    done = subprocess.run([str(PY), "-m", "backends.engine_build", "--install", *only], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
         raise SystemExit("dev.py: llama.cpp could not be built (the build's own words are above); "
                          "fix what they name and run the same command again")
+    lines = done.stdout.strip().splitlines()
+    installed = Path(lines[-1]).name if lines else ""
     _say(f"engine ready in {_took(start)}")
-    stamp.write_text(key)
+    # the key of the build installed, not the one wanted: after a GPU build failed and the CPU build stood in,
+    # the next run tries the GPU build again (and `tokchat doctor`'s "run `python3 dev.py run`" does something)
+    stamp.write_text(installed)
 
 
 def create_venv() -> None:

@@ -7,10 +7,12 @@ The rule is the one llama.cpp's own docs give a user, made automatic:
 
 - an NVIDIA GPU (``nvidia-smi`` lists one) and a CUDA compiler (``nvcc`` on
   ``PATH``, under ``$CUDA_HOME``/``$CUDA_PATH`` or ``/usr/local/cuda``):
-  ``-DGGML_CUDA=ON`` for that GPU's compute capability only, so the build
-  stays minutes, not an hour for every architecture;
+  ``-DGGML_CUDA=ON`` for the compute capabilities of the GPUs present only
+  (each distinct one: a machine with an 8.6 and a 9.0 card gets
+  ``CMAKE_CUDA_ARCHITECTURES=86;90``), so the build stays minutes, not an
+  hour for every architecture;
 - an AMD GPU (``rocminfo`` names a ``gfx`` target) and ``hipcc``:
-  ``-DGGML_HIP=ON`` for that target only;
+  ``-DGGML_HIP=ON`` for the targets present only;
 - Apple Silicon: llama.cpp's default build, which is Metal;
 - otherwise the CPU build.
 
@@ -20,18 +22,22 @@ so a GPU never sits idle without a word.
 
 ``TOKCHAT_ACCELERATOR=cpu`` forces the CPU build (a user who wants it, or a
 test); ``cuda``/``hip`` insist on that build and fail when it cannot be had.
+
+The GPUs come from :mod:`backends.gpu_inventory` (one parser per vendor,
+shared with detection and the offload plan).
 """
 from __future__ import annotations
 
 import os
 import platform
 import shutil
-import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from backends.timeouts import TOOL_S
+from backends import gpu_inventory
+from backends.gpu_inventory import Gpu, Runner
 
 #: the places a CUDA toolkit is installed when ``nvcc`` is not on PATH
 _CUDA_HOMES = ("CUDA_HOME", "CUDA_PATH")
@@ -45,9 +51,10 @@ class Accelerator:
     """The build llama.cpp gets here, with the facts that chose it."""
 
     kind: str  # cpu | cuda | hip | metal
-    #: the GPU architecture compiled for: CUDA compute capability ("90"), HIP target ("gfx1100"); "" otherwise
+    #: the GPU architectures compiled for, joined by "_": CUDA compute capabilities ("90", "86_90"), HIP
+    #: targets ("gfx1100"); "" otherwise
     arch: str = ""
-    #: the GPU, as the driver names it ("NVIDIA H100 80GB HBM3"); "" for the CPU
+    #: the GPUs, as the driver names them ("NVIDIA H100 80GB HBM3", "2 x NVIDIA H100 80GB HBM3"); "" for the CPU
     gpu: str = ""
     #: the compiler used for the GPU code (nvcc/hipcc path); "" for the CPU and Metal
     compiler: str = ""
@@ -61,26 +68,21 @@ class Accelerator:
         return f"{self.kind}{self.arch}"
 
     @property
+    def archs(self) -> tuple[str, ...]:
+        """Each architecture compiled for (``arch`` split)."""
+        return tuple(self.arch.split("_")) if self.arch else ()
+
+    @property
     def label(self) -> str:
         if self.kind == "cuda":
-            return f"CUDA (compute capability {self.arch[:-1]}.{self.arch[-1]}, {self.gpu})"
+            caps = " and ".join(f"{a[:-1]}.{a[-1]}" for a in self.archs)
+            return f"CUDA (compute capability {caps}, {self.gpu})"
         if self.kind == "hip":
-            return f"ROCm/HIP ({self.arch}, {self.gpu})" if self.gpu else f"ROCm/HIP ({self.arch})"
+            targets = " and ".join(self.archs)
+            return f"ROCm/HIP ({targets}, {self.gpu})" if self.gpu else f"ROCm/HIP ({targets})"
         if self.kind == "metal":
             return "Metal (Apple Silicon)"
         return "CPU"
-
-
-Runner = Callable[[list[str]], "str | None"]
-
-
-def _run(cmd: list[str]) -> str | None:
-    """A tool's stdout, or None when it is missing, fails or hangs (:data:`~backends.timeouts.TOOL_S`)."""
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_S)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 def find_nvcc(env: Mapping[str, str], which: Callable[[str], str | None] = shutil.which) -> str | None:
@@ -105,27 +107,9 @@ def find_hipcc(env: Mapping[str, str], which: Callable[[str], str | None] = shut
     return str(candidate) if candidate.is_file() else None
 
 
-def nvidia_gpus(run: Runner = _run) -> list[tuple[str, str]]:
-    """(name, compute capability without the dot) of each NVIDIA GPU ``nvidia-smi`` lists."""
-    out = run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"])
-    gpus = []
-    for line in (out or "").splitlines():
-        name, _, cap = line.rpartition(",")
-        cap = cap.strip().replace(".", "")
-        if name.strip() and cap.isdigit():
-            gpus.append((name.strip(), cap))
-    return gpus
-
-
-def amd_targets(run: Runner = _run) -> list[str]:
-    """The ``gfx`` targets ``rocminfo`` lists for AMD GPUs (not the CPU agent)."""
-    out = run(["rocminfo"]) or ""
-    targets = []
-    for line in out.splitlines():
-        word = line.split(":", 1)[-1].strip()
-        if line.strip().startswith("Name:") and word.startswith("gfx") and word not in targets:
-            targets.append(word)
-    return targets
+def _gpu_names(gpus: tuple[Gpu, ...]) -> str:
+    """The GPUs by name, a count before a name that repeats: "2 x NVIDIA H100 80GB HBM3, NVIDIA L4"."""
+    return ", ".join(name if n == 1 else f"{n} x {name}" for name, n in Counter(g.name for g in gpus).items())
 
 
 def _apple_silicon(system: str, machine: str) -> bool:
@@ -134,15 +118,16 @@ def _apple_silicon(system: str, machine: str) -> bool:
 
 def choose(
     env: Mapping[str, str] | None = None,
-    run: Runner = _run,
+    run: Runner | None = None,
     which: Callable[[str], str | None] = shutil.which,
     system: str | None = None,
     machine: str | None = None,
 ) -> Accelerator:
     """The build for this machine: every hardware fact comes through ``run``/``which``/``system``.
 
-    Tests pass their own answers for those (a faked ``nvidia-smi``); the
-    build itself is never faked.
+    ``run`` asks the GPU tools (:func:`backends.gpu_inventory.read`; default:
+    this ``$PATH``).  Tests pass their own answers for those (a faked
+    ``nvidia-smi``); the build itself is never faked.
     """
     env = os.environ if env is None else env
     system = platform.system() if system is None else system
@@ -154,24 +139,26 @@ def choose(
         return Accelerator("cpu")
     if _apple_silicon(system, machine):
         return Accelerator("metal", cmake_flags=("-DGGML_METAL=ON",))
-    gpus = nvidia_gpus(run)
+    inventory = gpu_inventory.read(run)
+    gpus = inventory.nvidia
     missing = ""
     if gpus and forced in ("", "cuda"):
-        name, cap = gpus[0]
+        caps = inventory.architectures("nvidia")
         nvcc = find_nvcc(env, which)
         if nvcc:
-            flags = ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cap}", f"-DCMAKE_CUDA_COMPILER={nvcc}")
-            return Accelerator("cuda", cap, name, nvcc, cmake_flags=flags)
-        missing = (f"an NVIDIA GPU ({name}) is here but no CUDA compiler: nvcc is not on PATH, in $CUDA_HOME "
-                   f"or {_CUDA_DEFAULT}; install the CUDA toolkit (NVIDIA's cuda-toolkit package, or "
+            flags = ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(caps)}", f"-DCMAKE_CUDA_COMPILER={nvcc}")
+            return Accelerator("cuda", "_".join(caps), _gpu_names(gpus), nvcc, cmake_flags=flags)
+        missing = (f"an NVIDIA GPU ({_gpu_names(gpus)}) is here but no CUDA compiler: nvcc is not on PATH, in "
+                   f"$CUDA_HOME or {_CUDA_DEFAULT}; install the CUDA toolkit (NVIDIA's cuda-toolkit package, or "
                    "'apt-get install nvidia-cuda-toolkit') and run 'python3 dev.py run' again")
-    targets = amd_targets(run)
+    targets = inventory.architectures("amd")
     if targets and forced in ("", "hip") and not gpus:
         hipcc = find_hipcc(env, which)
         if hipcc:
-            flags = ("-DGGML_HIP=ON", f"-DAMDGPU_TARGETS={targets[0]}", f"-DGPU_TARGETS={targets[0]}")
-            return Accelerator("hip", targets[0], compiler=hipcc, cmake_flags=flags)
-        missing = (f"an AMD GPU ({targets[0]}) is here but no hipcc: install ROCm's HIP SDK "
+            listed = ";".join(targets)
+            flags = ("-DGGML_HIP=ON", f"-DAMDGPU_TARGETS={listed}", f"-DGPU_TARGETS={listed}")
+            return Accelerator("hip", "_".join(targets), _gpu_names(inventory.amd), hipcc, cmake_flags=flags)
+        missing = (f"an AMD GPU ({', '.join(targets)}) is here but no hipcc: install ROCm's HIP SDK "
                    "(AMD's rocm / hip-dev packages) and run 'python3 dev.py run' again")
     if forced in ("cuda", "hip"):
         raise ValueError(f"TOKCHAT_ACCELERATOR={forced}: {missing or 'no such GPU was found here'}")

@@ -275,6 +275,7 @@ def ensure_build(accelerator: Accelerator, *, say: Say = print, source: Path | N
         return folder
     have = tuple(info.get("targets", TARGETS)) if info is not None else ()
     wanted = tuple(dict.fromkeys((*have, *wanted)))  # what the folder had stays in it
+    check_compiler(accelerator)  # before a 76 MB download and a CMake run that would fail on it
     cache_root().mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     tree = cache_root() / f".tree-{folder.name}"
@@ -321,6 +322,20 @@ def ensure_build(accelerator: Accelerator, *, say: Say = print, source: Path | N
     staging.replace(folder)
     say(f"llama.cpp built in {took(started)}: {folder}")
     return folder
+
+
+def check_compiler(accelerator: Accelerator) -> None:
+    """Raise RuntimeError (the caller falls back to the CPU build) when the GPU compiler does not run at all."""
+    if not accelerator.compiler:
+        return
+    try:
+        done = subprocess.run([accelerator.compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"{accelerator.compiler} --version could not run: {exc}") from exc
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(f"{accelerator.compiler} --version failed ({done.returncode})"
+                           + (f": {said[-1]}" if said else ""))
 
 
 def _has_target(folder: Path, info: dict, target: str) -> bool:

@@ -23,8 +23,10 @@ import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from backends import gpu_inventory
+from backends.gpu_inventory import GpuInventory
 from backends.kv_types import NAMES, F16, KvType, parse_kv_type
 
 #: llama.cpp's default physical batch (the micro-batch its compute graph is sized for)
@@ -81,10 +83,12 @@ def available_ram() -> int:
         return 0
 
 
-def free_memory(gpu: bool = True) -> Memory:
-    from backends.offload import free_vram_per_gpu
-
-    return Memory(available_ram(), free_vram_per_gpu() if gpu else [])
+def free_memory(gpu: bool = True, gpus: GpuInventory | None = None) -> Memory:
+    """RAM now, and each NVIDIA GPU's free VRAM where ``gpu``: from ``gpus`` (what detection read) or this
+    process's :func:`backends.gpu_inventory.current`."""
+    if not gpu:
+        return Memory(available_ram())
+    return Memory(available_ram(), (gpus or gpu_inventory.current()).free_vram_per_gpu())
 
 
 def model_need(path: Path, meta: Any, n_ctx: int, kv_type: KvType = F16, *, repack: bool = True,
@@ -210,16 +214,21 @@ def refusal(path: Path, meta: Any, n_ctx: int, kv_type: KvType, memory: Memory, 
             f"{', '.join(others)}; the model was trained on {trained} tokens)")
 
 
-def default_offload(path: Path, meta: Any, n_ctx: int, kv_type: KvType, free: int,
+def default_offload(path: Path, meta: Any, n_ctx: int, kv_type: KvType, free: int | Sequence[int],
                     draft: Path | None = None) -> Any:
-    """The default GPU offload for ``path`` with ``free`` bytes of VRAM: a :class:`backends.offload.DraftedPlan`
-    where a readable ``draft`` model is placed first, else an :class:`backends.offload.OffloadPlan`; None where
-    the header cannot tell (llama.cpp's own "all layers" then).  The load (``backends.llama_cpp``) and
-    ``tokchat fit`` both ask this."""
+    """The default GPU offload for ``path`` with ``free`` bytes of VRAM (or each GPU's free bytes: planned
+    as their sum, less llama.cpp's reserve on each, as its default split spreads whole layers over them): a
+    :class:`backends.offload.DraftedPlan` where a readable ``draft`` model is placed first, else an
+    :class:`backends.offload.OffloadPlan`; None where the header cannot tell, or there is no GPU (llama.cpp's
+    own "all layers" then).  The load (``backends.llama_cpp``) and ``tokchat fit`` both ask this."""
     from backends.base import BackendError
     from backends.model_meta import known_meta, kv_cache_bytes
-    from backends.offload import model_sizes, plan_offload, plan_offload_with_draft
+    from backends.offload import RESERVE_BYTES, model_sizes, plan_offload, plan_offload_with_draft
 
+    each = [free] if isinstance(free, int) else list(free)
+    if not each:
+        return None
+    total, reserve = sum(each), RESERVE_BYTES * len(each)  # llama.cpp's compute buffers and context on each GPU
     kv = kv_cache_bytes(meta, n_ctx, kv_type)
     blocks = meta.kv.get(f"{meta.architecture}.block_count")
     if kv is None or not isinstance(blocks, int) or blocks <= 0:
@@ -236,5 +245,6 @@ def default_offload(path: Path, meta: Any, n_ctx: int, kv_type: KvType, free: in
         except (BackendError, OSError, ValueError):
             draft_kv = None  # its load reports what is wrong with it
         if draft_kv is not None and draft_sizes.blocks:
-            return plan_offload_with_draft(sizes, kv // blocks, free, draft_sizes, draft_kv // len(draft_sizes.blocks))
-    return plan_offload(sizes, kv // blocks, free)
+            return plan_offload_with_draft(sizes, kv // blocks, total, draft_sizes,
+                                           draft_kv // len(draft_sizes.blocks), reserve)
+    return plan_offload(sizes, kv // blocks, total, reserve)

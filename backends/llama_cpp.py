@@ -46,6 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Collection, Sequence
 
+from backends import gpu_inventory
 from backends.base import (
     BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
     PromptProgress, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
@@ -56,9 +57,7 @@ from backends.fit import default_offload
 from backends.kv_types import F16, KvType, KvTypeError, parse_kv_type
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta
-from backends.offload import (
-    DraftedPlan, free_vram_bytes, out_of_memory_message, ran_out_of_memory, read_load_report,
-)
+from backends.offload import DraftedPlan, out_of_memory_message, ran_out_of_memory, read_load_report
 from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
 from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
 from backends.worker import Worker, new_worker
@@ -294,8 +293,9 @@ class LlamaCppBackend:
             return 0, None
         if asked is not None:
             return asked, None
-        free = free_vram_bytes() if self.device == "CUDA" else None
-        plan = default_offload(path, meta, n_ctx, kv_type, free, draft) if free is not None else None
+        # each GPU's free memory, read once in this process (backends.gpu_inventory)
+        free = gpu_inventory.current().free_vram_per_gpu() if self.device == "CUDA" else []
+        plan = default_offload(path, meta, n_ctx, kv_type, free, draft) if free else None
         if plan is None:
             return -1, None  # llama.cpp's own "all layers"
         if isinstance(plan, DraftedPlan):

@@ -4,9 +4,11 @@ The pinned llama.cpp fits a model to free device memory only in its
 ``common`` library (``llama-server --fit``), which the C API the engine
 uses does not expose.  So tokchat fits it the same way from what it can
 read itself: the GGUF's tensor sizes (:mod:`tokenizer.gguf_extents`), the
-KV cache the context needs, and the free VRAM ``nvidia-smi`` reports.  All
+KV cache the context needs, and each GPU's free VRAM (:mod:`backends.gpu_inventory`).  All
 layers go to the GPU when they fit with a margin for llama.cpp's compute
-buffers; otherwise as many whole blocks as fit, the rest on the CPU.
+buffers; otherwise as many whole blocks as fit, the rest on the CPU.  Several
+GPUs count as their free memory together with a reserve on each: llama.cpp's
+default split puts whole layers on every GPU in proportion to its free memory.
 
 After the load, :func:`read_load_report` reads what llama.cpp actually did
 from its log (``offloaded 29/29 layers to GPU``, each device's model, KV
@@ -16,11 +18,8 @@ not the estimate.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from backends.timeouts import TOOL_S
 
 MIB = 1 << 20
 #: kept free for llama.cpp's compute buffers, the CUDA context and cuBLAS workspaces
@@ -117,30 +116,6 @@ def plan_offload_with_draft(sizes: ModelSizes, kv_per_block: int, free_bytes: in
         return DraftedPlan(plan_offload(sizes, kv_per_block, free_bytes, reserve), 0, 0)
     main = plan_offload(sizes, kv_per_block, free_bytes - draft_bytes, reserve)
     return DraftedPlan(main, -1, draft_bytes)
-
-
-def free_vram_bytes(run=subprocess.run) -> int | None:
-    """Free memory of the first NVIDIA GPU, from ``nvidia-smi`` (None where it cannot say)."""
-    gpus = free_vram_per_gpu(run)
-    return gpus[0] if gpus else None
-
-
-def free_vram_per_gpu(run=subprocess.run) -> list[int]:
-    """Free memory of each NVIDIA GPU, from ``nvidia-smi`` ([] where it cannot say)."""
-    try:
-        done = run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                   capture_output=True, text=True, timeout=TOOL_S)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if done.returncode != 0:
-        return []
-    free = []
-    for line in (done.stdout or "").strip().splitlines():
-        try:
-            free.append(int(float(line.strip())) * MIB)
-        except ValueError:
-            return []
-    return free
 
 
 @dataclass

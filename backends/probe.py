@@ -5,7 +5,8 @@ Three sources, all injectable so tests can simulate any machine:
 - files under a root directory (``/`` for real): ``/proc/driver/nvidia/version``,
   ``/dev/nvidia*``, ``/dev/kfd``, ``/sys/class/kfd/kfd/topology/nodes/*/properties``,
   ``/sys/class/drm/*/device/vendor``, ``/dev/accel/accel*`` (Intel NPU);
-- tools on a PATH: ``nvidia-smi``, ``rocminfo``, ``sysctl`` (Rosetta check);
+- tools on a PATH: ``nvidia-smi``, ``rocminfo`` (read once, by
+  :mod:`backends.gpu_inventory`'s parsers), ``sysctl`` (Rosetta check);
 - the engines' own answers (:class:`RuntimeAnswers`): what llama-cpp-python
   was built with, which devices OpenVINO sees, whether MLX has Metal.  Each
   costs an import of the engine's library (a noticeable part of start-up:
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import platform as _platform
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
 
-from backends.timeouts import TOOL_S
+from backends import gpu_inventory
+from backends.gpu_inventory import GpuInventory
 
 #: PCI vendor ids in /sys/class/drm/*/device/vendor
 VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
@@ -69,6 +69,8 @@ class MachineFacts:
     drm_vendors: list[str]  # vendor names of /sys/class/drm cards
     npu_nodes: list[str]
     runtime: RuntimeAnswers
+    #: every GPU the tools list, with its architecture and free memory (the two lines above are read from it)
+    gpus: GpuInventory = field(default_factory=GpuInventory)
 
     @property
     def apple_silicon(self) -> bool:
@@ -183,14 +185,14 @@ class SystemProbe:
 
     def _run(self, tool: str, *args: str) -> str | None:
         """stdout of ``tool`` found on our PATH; None when absent; "" when it failed."""
-        exe = shutil.which(tool, path=self.path)
-        if exe is None:
-            return None
-        try:
-            done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=TOOL_S, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-        return done.stdout if done.returncode == 0 else ""
+        return gpu_inventory.run_tool([tool, *args], self.path)
+
+    def gpu_inventory(self) -> GpuInventory:
+        """The GPUs the tools on our PATH list: this process's :func:`backends.gpu_inventory.current` on the
+        real machine (each load detects again; the GPUs are asked once), read afresh on a given ``path``."""
+        if self.path is None:
+            return gpu_inventory.current()
+        return gpu_inventory.read(lambda cmd: gpu_inventory.run_tool(cmd, self.path))
 
     def nvidia_driver(self) -> str | None:
         f = self._file("/proc/driver/nvidia/version")
@@ -200,9 +202,13 @@ class SystemProbe:
         m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]+)", text) or re.search(r"\b(\d{3}\.\d+(?:\.\d+)?)\b", text)
         return m.group(1) if m else "unknown version"
 
-    def nvidia_smi(self) -> list[str] | None:
-        out = self._run("nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader")
-        return None if out is None else [ln.strip() for ln in out.splitlines() if ln.strip()]
+    @staticmethod
+    def nvidia_smi(gpus: GpuInventory) -> list[str] | None:
+        """One "name, driver, memory" line per NVIDIA GPU; None: ``nvidia-smi`` is not on PATH."""
+        if gpus.nvidia_smi is None:
+            return None
+        return [f"{g.name}, {g.driver}, {g.total_bytes >> 20} MiB" if g.total_bytes is not None
+                else f"{g.name}, {g.driver}" for g in gpus.nvidia]
 
     def kfd_gpus(self) -> int:
         nodes = self._file("/sys/class/kfd/kfd/topology/nodes")
@@ -213,11 +219,10 @@ class SystemProbe:
                 count += 1
         return count
 
-    def rocminfo_gfx(self) -> list[str] | None:
-        out = self._run("rocminfo")
-        if out is None:
-            return None
-        return sorted(set(re.findall(r"Name:\s+(gfx[0-9a-f]+)", out)))
+    @staticmethod
+    def rocminfo_gfx(gpus: GpuInventory) -> list[str] | None:
+        """The distinct gfx targets; None: ``rocminfo`` is not on PATH."""
+        return None if gpus.rocminfo is None else sorted({g.arch for g in gpus.amd})
 
     def drm_vendors(self) -> list[str]:
         drm = self._file("/sys/class/drm")
@@ -238,19 +243,21 @@ class SystemProbe:
     def facts(self, engines: Callable[[MachineFacts], Collection[str]] | None = None) -> MachineFacts:
         """The machine; ``engines`` picks, from the hardware facts, which engines to ask (default all)."""
         dev = self._file("/dev")
+        gpus = self.gpu_inventory()
         facts = MachineFacts(
             os=self.os_name,
             machine=self.machine,
             rosetta=self.rosetta(),
             nvidia_driver=self.nvidia_driver(),
             nvidia_dev_nodes=sorted(p.name for p in dev.glob("nvidia[0-9]*")) if dev.is_dir() else [],
-            nvidia_smi=self.nvidia_smi(),
+            nvidia_smi=self.nvidia_smi(gpus),
             amd_kfd=self._file("/dev/kfd").exists(),
             amd_kfd_gpus=self.kfd_gpus(),
-            rocminfo_gfx=self.rocminfo_gfx(),
+            rocminfo_gfx=self.rocminfo_gfx(gpus),
             drm_vendors=self.drm_vendors(),
             npu_nodes=sorted(p.name for p in self._file("/dev/accel").glob("accel*")) if (dev / "accel").is_dir() else [],
             runtime=RuntimeAnswers(asked=[]),
+            gpus=gpus,
         )
         if callable(self._runtime):
             facts.runtime = self._runtime(RUNTIMES if engines is None else engines(facts))

@@ -15,6 +15,7 @@ from typing import Callable
 from backends.base import Backend, BackendError, LoadOptions
 from backends.detect import Candidate, detect, plan
 from backends.engine_client import SpareEngine, in_process
+from backends.gpu_inventory import GpuInventory
 from backends.model_meta import is_mlx_dir
 from backends.probe import SystemProbe
 
@@ -62,7 +63,7 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
     report = detect(probe, requested=options.backend, model_is_mlx=model_is_mlx)
     order = plan(report, options.backend, model_is_mlx=model_is_mlx)
     if order and order[0].engine == "llama.cpp":
-        refused = _does_not_fit(path, options, gpu=order[0].device == "CUDA")
+        refused = _does_not_fit(path, options, report.facts.gpus if order[0].device == "CUDA" else None)
         if refused:
             raise BackendError(refused)  # before any engine starts: never a load the OOM killer ends
     notes: list[str] = []
@@ -158,8 +159,11 @@ def start_backend(model_path: Path | str, options: LoadOptions, probe: SystemPro
     return PendingBackend(model_path, options, probe, spare)
 
 
-def _does_not_fit(path: Path, options: LoadOptions, gpu: bool) -> str | None:
-    """:func:`backends.fit.refusal` for this load (None: it fits, or the header is the load's to report)."""
+def _does_not_fit(path: Path, options: LoadOptions, gpus: GpuInventory | None) -> str | None:
+    """:func:`backends.fit.refusal` for this load (None: it fits, or the header is the load's to report).
+
+    ``gpus``: the GPUs detection read (their free VRAM counts; None: the load is on the CPU), so this
+    process does not ask ``nvidia-smi`` a second time."""
     from backends.fit import free_memory, refusal
     from backends.kv_types import KvTypeError, parse_kv_type
     from backends.model_meta import known_meta
@@ -174,5 +178,5 @@ def _does_not_fit(path: Path, options: LoadOptions, gpu: bool) -> str | None:
     if meta.format != "gguf":
         return None
     draft = (Path(options.draft_model), draft_meta) if draft_meta is not None and options.draft_model else None
-    return refusal(path, meta, options.n_ctx or meta.default_ctx(), kv_type, free_memory(gpu), draft=draft,
-                   repack=options.repack)
+    memory = free_memory(gpus is not None, gpus)
+    return refusal(path, meta, options.n_ctx or meta.default_ctx(), kv_type, memory, draft=draft, repack=options.repack)

@@ -405,9 +405,10 @@ def part_oom(args, results: dict) -> None:
 
 
 def free_vram_mib() -> int | None:
-    from backends.offload import free_vram_bytes
-    free = free_vram_bytes()
-    return None if free is None else free // 2**20
+    from backends.gpu_inventory import read
+
+    free = read().free_vram_per_gpu()  # read now, not this process's kept answer: the memory moves during the check
+    return free[0] // 2**20 if free else None
 
 
 def part_esc(args, results: dict) -> None:

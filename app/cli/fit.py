@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
                           "largest_ctx": largest_context(total_at, memory.total),
                           "largest_ctx_ram": largest_context(total_at, memory.ram)}
     gpu_plan = None
-    if memory.gpus:  # what the load would do on GPU0 (the same plan: the draft model first, whole, if it fits)
-        gpu_plan = default_offload(path, meta, n_ctx, kv_type, memory.gpus[0], draft[0] if draft else None)
+    if memory.gpus:  # what the load would do on the GPUs (the same plan: the draft model first, whole, if it fits)
+        gpu_plan = default_offload(path, meta, n_ctx, kv_type, memory.gpus, draft[0] if draft else None)
         draft_on_gpu = isinstance(gpu_plan, DraftedPlan) and gpu_plan.draft_gpu_layers == -1
         if isinstance(gpu_plan, DraftedPlan):
             gpu_plan = gpu_plan.main
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     gpus = "".join(f", GPU{i} {gb(g)}" for i, g in enumerate(memory.gpus))
     print(f"free now: RAM {gb(memory.ram)}{gpus}: " + ("it fits" if report["fits"] else "it does NOT fit"))
     if gpu_plan:
-        print(f"GPU offload (default): {gpu_plan.layers_on_gpu}/{gpu_plan.total_layers} layers on GPU0 "
+        where = "the GPUs" if len(memory.gpus) > 1 else "the GPU"
+        print(f"GPU offload (default): {gpu_plan.layers_on_gpu}/{gpu_plan.total_layers} layers on {where} "
               f"({gpu_plan.need_bytes // MIB:,} MiB of {gpu_plan.free_bytes // MIB:,} MiB free"
               + (", after the draft model" if draft_on_gpu else ", the draft model on the CPU" if helper else "") + ")")
     trained = f" (trained on {meta.context_length:,})" if meta.context_length else ""

@@ -29,6 +29,17 @@ Agent 2
 """
 
 
+def nvidia_smi(*gpus: tuple[str, str, int, int], driver: str = "580.82.07") -> str:
+    """What ``nvidia-smi`` prints for tokchat's one query (``backends.gpu_inventory.NVIDIA_QUERY``): a line per
+    GPU given as (name, compute capability, total MiB, free MiB)."""
+    return "".join(f"{i}, {cap}, {driver}, {total}, {free}, {name}\n"
+                   for i, (name, cap, total, free) in enumerate(gpus))
+
+
+#: one GeForce RTX 4090 with 24,564 MiB, 23,000 of them free
+RTX_4090_SMI = nvidia_smi(("NVIDIA GeForce RTX 4090", "8.9", 24564, 23000))
+
+
 def write_tool(bin_dir: Path, name: str, stdout: str) -> None:
     """A shell script called ``name`` that prints ``stdout``."""
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from backend_fakes import NVIDIA_PROC, ROCMINFO, fake_machine, llama_runtime
+from backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime
 
 from backends.base import BackendError
 from backends.detect import detect, plan
@@ -52,7 +52,7 @@ def nvidia_files():
     }
 
 
-NVIDIA_SMI = "NVIDIA GeForce RTX 4090, 580.82.07, 24564 MiB\n"
+NVIDIA_SMI = RTX_4090_SMI
 
 
 def test_nvidia_with_cuda_build_chooses_cuda(tmp_path):

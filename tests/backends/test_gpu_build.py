@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backend_fakes import NVIDIA_PROC, ROCMINFO, fake_machine, llama_runtime, write_tool
+from backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime, nvidia_smi, write_tool
 
 from backends import LoadOptions, open_backend
 from backends.accelerator import Accelerator, choose
@@ -25,7 +25,7 @@ from backends.offload import (
     MIB, ModelSizes, model_sizes, out_of_memory_message, plan_offload, read_load_report,
 )
 
-H100_SMI = "NVIDIA H100 80GB HBM3, 9.0\n"
+H100_SMI = nvidia_smi(("NVIDIA H100 80GB HBM3", "9.0", 81559, 81000))
 DATA = Path(__file__).parent / "data"
 
 
@@ -54,7 +54,7 @@ def test_an_nvidia_gpu_with_nvcc_gets_a_cuda_build_for_its_own_architecture_only
 
 
 def test_nvcc_is_found_under_cuda_home_when_it_is_not_on_path(fake_path, tmp_path):
-    write_tool(fake_path, "nvidia-smi", "NVIDIA GeForce RTX 4090, 8.9\n")
+    write_tool(fake_path, "nvidia-smi", RTX_4090_SMI)
     home = tmp_path / "cuda-12"
     write_tool(home / "bin", "nvcc", "")
     acc = choose(env={"CUDA_HOME": str(home)}, system="Linux", machine="x86_64")
@@ -165,7 +165,7 @@ def test_a_gpu_left_idle_is_named_in_the_load_notes_and_the_model_bar(smollm_pat
     from app.tui.format import model_bar_text
 
     probe = fake_machine(tmp_path, files={"/proc/driver/nvidia/version": NVIDIA_PROC},
-                         tools={"nvidia-smi": "NVIDIA GeForce RTX 4090, 580.82.07, 24564 MiB\n"},
+                         tools={"nvidia-smi": RTX_4090_SMI},
                          runtime=llama_runtime())
     backend = open_backend(smollm_path, LoadOptions(backend="auto", n_ctx=512, log_path=tmp_path / "e.log"), probe)
     try:
