@@ -137,6 +137,63 @@ def test_a_deleted_slot_file_is_a_note_and_the_prompt_is_evaluated(smollm_path, 
     assert list((states / "llama-server").glob("*/*.json")) != []  # this reply's own save, recorded again
 
 
+def test_a_branch_writes_over_its_parents_file_and_the_other_branch_reuses_only_what_it_shares(
+        smollm_path, tokenizer, tmp_path):
+    """One file per branch on the server's disk: a turn that extends the saved ids writes over their file.  A
+    sibling branch resumed later restores that file, which holds the other branch's ids: the server compares
+    them with the prompt itself and reuses only the shared prefix, and the reply is the one of the server that
+    held the same cache in memory."""
+    slots, states = tmp_path / "slots", tmp_path / "state"
+    slots.mkdir()
+    stop = im_end(tokenizer)
+    prompt = first_prompt(tokenizer)
+    branch = tokenizer.encode(NEXT.replace("And in two words?", "Which flour is best?"), special=True)
+    kept = server(smollm_path, tmp_path, slots)
+    try:
+        first = connect(RemoteSettings(url=kept.url), tokenizer, str(smollm_path), state_dir=states)
+        reply, _ = turn(first, prompt, stop)
+        first.close()
+        (parent,) = slots.iterdir()
+        other = connect(RemoteSettings(url=kept.url), tokenizer, str(smollm_path), state_dir=states)
+        other_reply, _ = turn(other, prompt + reply + branch, stop)
+        other.close()
+        follow = prompt + reply + tokenizer.encode(NEXT, special=True)
+        oracle = connect(RemoteSettings(url=kept.url), tokenizer, str(smollm_path), state_dir=None)
+        expected, in_memory = turn(oracle, follow, stop)  # from the other branch's cache, held in memory
+        oracle.close()
+    finally:
+        kept.stop()
+    assert list(slots.iterdir()) == [parent]  # written over, not beside
+    (entry,) = SlotIndex(states / "llama-server", "").folder.parent.glob("*/*.json")
+    assert entry.name == f"{parent.name}.json"
+
+    again = server(smollm_path, tmp_path, slots)
+    try:
+        resumed = connect(RemoteSettings(url=again.url), tokenizer, str(smollm_path), state_dir=states)
+        got, stats = turn(resumed, follow, stop)
+        resumed.close()
+    finally:
+        again.stop()
+    shared = next(i for i, (a, b) in enumerate(zip(prompt + reply + branch, follow)) if a != b)
+    assert stats.state.startswith(f"loaded {shared} ids from disk in "), stats.state
+    assert stats.prompt_evaluated == in_memory.prompt_evaluated == len(follow) - shared
+    assert got == expected
+
+
+def test_the_slot_index_names_one_file_per_branch_and_drops_what_it_cannot_read(tmp_path):
+    index = SlotIndex(tmp_path, "model\0identity")
+    parent = index.record([1, 2, 3], slot=0)
+    child = index.record([1, 2, 3, 4, 5], slot=0)
+    sibling = index.record([1, 2, 9], slot=1)
+    assert child.filename == parent.filename and sibling.filename != parent.filename
+    assert sorted(e.ids for e in index.entries()) == [(1, 2, 3, 4, 5), (1, 2, 9)]  # the parent's entry went
+    assert index.best([1, 2, 3, 4, 7], limit=4) == (child, 4)
+    assert index.best([1, 2, 9, 9], limit=3) == (sibling, 3)
+    assert SlotIndex(tmp_path, "another model").best([1, 2, 3, 4, 7], limit=4) == (None, 0)
+    child.path.write_text('{"key": "model\\0identity", "ids": [1, 2')  # torn
+    assert [e.ids for e in index.entries()] == [(1, 2, 9)] and not child.path.exists()
+
+
 @pytest.mark.parametrize("adapter, words", [(VLLMAdapter(), "vLLM keeps a prefix cache in memory across requests"),
                                             (SGLangAdapter(), "SGLang keeps a prefix cache in memory across requests")])
 def test_vllm_and_sglang_say_what_they_keep_once(adapter, words, tmp_path):
