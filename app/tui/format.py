@@ -51,6 +51,22 @@ def stats_line(stats: TurnStats) -> str:
     return " · ".join(parts)
 
 
+def json_code_block(content: str) -> str | None:
+    """The Markdown that shows ``content`` as a ``json`` code block when the whole answer is one JSON object
+    or array (a reply held to ``/format json`` or a schema, or one the model wrote so), else None: JSON as
+    prose Markdown would lose its indentation and read ``*`` or ``_`` in strings as emphasis."""
+    import json
+
+    text = content.strip()
+    if not text or text[0] not in "{[" or "```" in text:
+        return None
+    try:
+        json.loads(text)
+    except ValueError:
+        return None
+    return f"```json\n{text}\n```"
+
+
 def device_label(device: str, offloaded: int = 0, total: int = 0) -> str:
     """``CUDA 29/29 layers`` where layers are on a GPU; the device alone otherwise."""
     return f"{device} {offloaded}/{total} layers" if device != "CPU" and offloaded and total else device
