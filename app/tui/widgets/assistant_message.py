@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
-from app.tui.format import stats_line
+from app.tui.format import json_code_block, stats_line
 from app.tui.widgets.thinking_block import ThinkingBlock
 
 #: the mark of a stored reply by how it ended, where no "⏹ stopped" (Esc) or counts tell it
@@ -65,7 +65,7 @@ class AssistantMessage(Vertical):
     def compose(self) -> ComposeResult:
         yield ThinkingBlock(self._stored_reasoning, self.stats.reasoning_tokens if self.stats else None)
         yield Static(self._opening_text(), classes="opening", markup=False)
-        yield Markdown(self.content or None)
+        yield Markdown(json_code_block(self.content) or self.content or None)
         yield Static("", classes="waiting", markup=False)
         yield Static(self._stored_text() if self._stored else "", classes="stats", markup=False)
 
@@ -154,6 +154,9 @@ class AssistantMessage(Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        block = json_code_block(self.content)
+        if block is not None:  # a JSON answer, drawn as a code block once it is whole
+            await self.query_one(Markdown).update(block)
         await self.thinking.finish(stats.reasoning_tokens if stats else None)
         if self.thinking.text and self.content:
             self.thinking.collapsed = True
@@ -169,4 +172,4 @@ class AssistantMessage(Vertical):
 
     def code_blocks(self) -> list[str]:
         """The fenced code blocks of the answer, in order (what /copy code N copies)."""
-        return [m.group(1) for m in _FENCE.finditer(self.content)]
+        return [m.group(1) for m in _FENCE.finditer(json_code_block(self.content) or self.content)]
