@@ -139,6 +139,7 @@ SCHEMA: dict[str, Setting] = {
     "chat.template": Setting("string", TEMPLATE_NAMES),  # the one list (templates.names), as --template's
     "chat.template_file": _S,
     "chat.system_prompt": _S,
+    "chat.format": _S,
     "chat.thinking": Setting("string", ("auto", "on", "off")),
     "chat.show_thinking": _B,
     "chat.reasoning_budget": _tokens(-1),
@@ -168,6 +169,7 @@ SCHEMA: dict[str, Setting] = {
     "tools.result_tokens": _tokens(16),
     "tools.call_timeout_s": _timeout(0.1),
     "tools.instructions": _S,
+    "tools.constrain_arguments": _B,
     "ui.theme": _S,
     "server.url": _S,
     "server.kind": Setting("string", ("auto", "llamacpp", "vllm", "sglang")),

@@ -48,6 +48,7 @@ from app.tui.branches import Branches
 from app.tui.commands import SlashCommands
 from app.tui.compaction import Compaction
 from app.tui.format import device_label, error_text, model_bar_text
+from backends.constraint import describe
 from app.tui.generation import EventBuffer, pump
 from app.tui.history import ChatHistory
 from app.tui.inspect import TokenInspectorOpener
@@ -350,6 +351,8 @@ class ChatApp(App):
         assert chat is not None
         info = chat.info
         bar = self.query_one(ModelBar)
+        held = chat.session.sampling.constraint  # a format from the config or a preset, or /format's
+        bar.reply_format = describe(held) if held is not None and held.kind != "tool_calls" else ""
         bar.text = model_bar_text(info.model_name or chat.model_path.stem, info.quantization,
                                   info.backend, device_label(info.device, getattr(info, "offloaded_layers", 0),
                                                              getattr(info, "total_layers", 0)),
