@@ -27,7 +27,7 @@ from app.settings.config import SCHEMA, ConfigError, config_dir, flatten, read_t
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
 
 #: settings a preset may set
-PRESET_KEYS = frozenset({"chat.template", "chat.thinking", "model.context_size"}
+PRESET_KEYS = frozenset({"chat.template", "chat.thinking", "chat.format", "model.context_size"}
                         | {k for k in SCHEMA if k.startswith("sampling.")})
 
 

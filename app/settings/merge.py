@@ -21,6 +21,7 @@ from app.conversation.attachments import AttachLimits
 from app.settings.config import (DEFAULTS_PATH, OWN_TABLES, SCHEMA, check_value, flatten, read_toml,
                                  user_config_path)
 from app.settings.options import ChatOptions
+from app.settings.reply_format import format_setting
 from app.settings.server import remote_settings, server_values, split_server_presets
 from app.settings.tools import tool_settings
 from backends.base import SamplingParams
@@ -138,6 +139,8 @@ def options_from_settings(settings: Settings, args: argparse.Namespace | None = 
         min_p=v["sampling.min_p"], repeat_penalty=v["sampling.repeat_penalty"],
         repeat_last_n=v["sampling.repeat_last_n"],
         max_tokens=v["sampling.max_tokens"], seed=None if v["sampling.seed"] < 0 else v["sampling.seed"])
+    if v["chat.format"]:  # a preset's or the user's reply format, checked here: a bad one is a ConfigError
+        sampling.constraint = format_setting(v["chat.format"], settings.sources.get("chat.format", ""))
     server = _server_options(settings)
     ctx = v["model.context_size"] or None
     if server.get("server") is not None and settings.sources.get("model.context_size", "").startswith("preset "):

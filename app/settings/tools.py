@@ -51,6 +51,8 @@ class ToolSettings:
     call_timeout_s: float = 60.0
     #: joined to the system prompt while tools are given ("" = nothing)
     instructions: str = ""
+    #: hold every call's arguments to its tool's input schema while the model writes them (issue 46)
+    constrain_arguments: bool = False
 
     def selected(self) -> list[str]:
         """The server names whose tools the model gets (``SERVER.TOOL`` entries name their server)."""
@@ -83,7 +85,8 @@ def tool_settings(settings: Any, approve_all: bool = False) -> ToolSettings:
         enabled=v["tools.enabled"], servers=parse_servers(source, table),
         auto_approve=tuple(v["tools.auto_approve"]), approve_all=approve_all,
         max_steps=v["tools.max_steps"], result_tokens=v["tools.result_tokens"],
-        call_timeout_s=float(v["tools.call_timeout_s"]), instructions=v["tools.instructions"])
+        call_timeout_s=float(v["tools.call_timeout_s"]), instructions=v["tools.instructions"],
+        constrain_arguments=v["tools.constrain_arguments"])
 
 
 def parse_servers(source: str, table: Any) -> dict[str, ServerConfig]:

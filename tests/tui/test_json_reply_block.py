@@ -37,3 +37,17 @@ async def test_a_json_reply_is_drawn_as_a_code_block_and_prose_is_not(scripted_a
         await wait_reply(pilot)
         prose = app.query(AssistantMessage).last()
         assert not list(prose.query(MarkdownFence)) and "*prose*" not in drawn(app, prose)
+
+
+async def test_a_format_from_the_config_is_in_the_model_bar_from_the_start(scripted_app, smollm_path):
+    from app.settings.options import ChatOptions
+    from app.tui.widgets.model_bar import ModelBar
+    from backends.base import SamplingParams
+    from backends.constraint import parse_constraint
+
+    held = SamplingParams(constraint=parse_constraint("json"))  # what [chat] format = "json" gives the options
+    app = scripted_app(["{}"], options=ChatOptions(model=str(smollm_path), theme="textual-dark", sampling=held))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_loaded(pilot)
+        assert "format: json" in drawn(app, app.query_one(ModelBar))
+        assert app.session.sampling.constraint == held.constraint
