@@ -118,8 +118,9 @@ class Failed:
 
 Request = Union[Load, Generate, Cancel, Close]
 Answer = Union[Loaded, LoadFailed, Progress, Ids, Done, StateNote, Failed]
-_TYPES: dict[str, type] = {cls.__name__: cls for cls in (Load, Generate, Cancel, Close, Loaded, LoadFailed,
-                                                          Progress, Ids, Done, StateNote, Failed)}
+_TYPES: dict[str, type[Request | Answer]] = {
+    cls.__name__: cls for cls in (Load, Generate, Cancel, Close, Loaded, LoadFailed, Progress, Ids, Done, StateNote, Failed)
+}
 
 
 class WireError(ValueError):
@@ -142,9 +143,10 @@ def decode(line: bytes | str) -> Request | Answer:
     if data.get("draft") is not None:
         data["draft"] = tuple(data["draft"])
     try:
-        return cls(**data)
+        message: Request | Answer = cls(**data)
     except TypeError as exc:
         raise WireError(f"{cls.__name__}: {exc}") from exc
+    return message
 
 
 @dataclass

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 
 class LlamaEngineError(RuntimeError):
@@ -104,7 +107,7 @@ class LlamaEngine:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
 
     @property
-    def ctx(self):
+    def ctx(self) -> llama_cpp.llama_context_p | None:
         """The ``llama_context *`` (for llama.cpp's samplers)."""
         return self._ctx
 
@@ -129,6 +132,7 @@ class LlamaEngine:
         ``i`` = position within ``ids``.
         """
         lib, batch = self._lib, self._batch
+        assert batch is not None, "decode() after close()"
         n_batch = self.params.n_batch
         if logits == "all" and len(ids) > n_batch:
             raise LlamaEngineError(f"at most {n_batch} ids get logits in one batch")

@@ -64,7 +64,8 @@ class GenerationWorker:
     """Runs jobs on one long-lived daemon thread; see the module docstring."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.Queue = queue.Queue()
+        #: (job, its output queue, its cancel flag); None ends the thread
+        self._jobs: queue.Queue[tuple[Job, queue.Queue[object], threading.Event] | None] = queue.Queue()
         self._cancel = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
@@ -118,7 +119,7 @@ class GenerationWorker:
         self._idle.clear()
         cancel = threading.Event()
         self._cancel = cancel
-        out: queue.Queue = queue.Queue()
+        out: queue.Queue[object] = queue.Queue()
         self._jobs.put((job, out, cancel))
         try:
             yield from drain(out, cancel.is_set)  # type: ignore[misc]  # the job emits ids only

@@ -16,10 +16,13 @@ happened.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from templates.chat_template import ChatTemplate, RenderedPrompt
 from templates.ids import encode_part, prompt_ids
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class _Base:
 class PromptBuilder:
     """Builds prompt ids for a message list, reusing what an earlier turn already encoded."""
 
-    def __init__(self, tokenizer: Any, template: ChatTemplate) -> None:
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate) -> None:
         self.tokenizer = tokenizer
         self.template = template
         #: texts the backend's cache may hold, newest first: prompt + reply, then the prompt alone

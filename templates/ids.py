@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import re
 import weakref
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from templates.chat_template import RenderedPrompt
 from templates.sandbox import TemplateError
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 #: tokenizer -> compiled alternation of its control-token texts (None: it has none)
 _CONTROL_PATTERNS: "weakref.WeakKeyDictionary[Any, re.Pattern[str] | None]" = weakref.WeakKeyDictionary()
 
 
-def prompt_ids(tokenizer: Any, rendered: RenderedPrompt) -> list[int]:
+def prompt_ids(tokenizer: Tokenizer, rendered: RenderedPrompt) -> list[int]:
     """The ids to send for ``rendered``: injection-safe, with exactly one BOS where the model wants it."""
     check_unplaced(tokenizer, rendered)
     ids = tokenizer.encode(rendered.text, special=True, literal_spans=protected_spans(tokenizer, rendered))
     return with_bos(tokenizer, ids)
 
 
-def protected_spans(tokenizer: Any, rendered: RenderedPrompt) -> list[tuple[int, int]]:
+def protected_spans(tokenizer: Tokenizer, rendered: RenderedPrompt) -> list[tuple[int, int]]:
     """Where control-token text sits inside message spans: what must be encoded as plain text.
 
     Only these occurrences are passed to the tokenizer as literal spans.
@@ -52,7 +55,7 @@ def protected_spans(tokenizer: Any, rendered: RenderedPrompt) -> list[tuple[int,
     return spans
 
 
-def control_pattern(tokenizer: Any) -> "re.Pattern[str] | None":
+def control_pattern(tokenizer: Tokenizer) -> "re.Pattern[str] | None":
     """A regex matching any of the tokenizer's control-token texts (cached per tokenizer)."""
     try:
         if tokenizer in _CONTROL_PATTERNS:
@@ -63,10 +66,8 @@ def control_pattern(tokenizer: Any) -> "re.Pattern[str] | None":
     return pattern
 
 
-def _build_control_pattern(tokenizer: Any) -> "re.Pattern[str] | None":
-    specials = getattr(tokenizer, "special_tokens", None) or {}
-    is_control = getattr(tokenizer, "is_special", None)
-    texts = sorted((t for t, i in specials.items() if t and (is_control is None or is_control(i))),
+def _build_control_pattern(tokenizer: Tokenizer) -> "re.Pattern[str] | None":
+    texts = sorted((t for t, i in tokenizer.special_tokens.items() if t and tokenizer.is_special(i)),
                    key=len, reverse=True)
     return re.compile(_trie_pattern(texts)) if texts else None
 
@@ -97,7 +98,7 @@ def _trie_pattern(texts: Sequence[str]) -> str:
     return build(trie)
 
 
-def encode_part(tokenizer: Any, rendered: RenderedPrompt, start: int) -> list[int]:
+def encode_part(tokenizer: Tokenizer, rendered: RenderedPrompt, start: int) -> list[int]:
     """Ids for ``rendered.text[start:]`` alone (the part of a prompt that is new this turn).
 
     The spans are shifted to the part; a span that crosses ``start`` cannot
@@ -114,16 +115,16 @@ def encode_part(tokenizer: Any, rendered: RenderedPrompt, start: int) -> list[in
     return tokenizer.encode(rendered.text[start:], special=True, literal_spans=spans)
 
 
-def with_bos(tokenizer: Any, ids: Sequence[int]) -> list[int]:
+def with_bos(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
     """``ids`` with one BOS in front if the model wants one and the template did not write it."""
     ids = list(ids)
-    bos = getattr(tokenizer, "bos_id", None)
-    if getattr(tokenizer, "add_bos", False) and bos is not None and (not ids or ids[0] != bos):
+    bos = tokenizer.bos_id
+    if tokenizer.add_bos and bos is not None and (not ids or ids[0] != bos):
         ids.insert(0, bos)
     return ids
 
 
-def check_unplaced(tokenizer: Any, rendered: RenderedPrompt) -> None:
+def check_unplaced(tokenizer: Tokenizer, rendered: RenderedPrompt) -> None:
     """Refuse a prompt whose unlocatable message text would be read as control tokens."""
     if not rendered.unplaced:
         return

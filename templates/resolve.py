@@ -9,15 +9,20 @@ error instead: the user asked for exactly that template.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+
 
 from templates.chat_template import ChatTemplate
 from templates.names import BUILTINS, NAMES
 from templates.sandbox import TemplateError
 from templates.thinking import has_thinking_switch
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 __all__ = ["BUILTINS", "NAMES", "builtin", "detect_family", "resolve_template"]
 
@@ -36,16 +41,16 @@ _PROBE = [
 ]
 
 
-def resolve_template(name: str, tokenizer: Any, template_file: str | Path | None = None
+def resolve_template(name: str, tokenizer: Tokenizer, template_file: str | Path | None = None
                      ) -> tuple[ChatTemplate, str | None]:
     """The template to chat with, and a one-line notice when ``auto`` had to fall back."""
     if template_file is not None:
         path = Path(template_file)
         try:
-            source = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise TemplateError(f"cannot read template file {path}: {exc.strerror or exc}") from None
-        return _checked(_from_source(path.name, source, tokenizer), f"template file {path}"), None
+        return _checked(_from_source(path.name, text, tokenizer), f"template file {path}"), None
     if name in BUILTINS:
         return builtin(name, tokenizer), None
     if name not in NAMES:
@@ -68,17 +73,17 @@ def resolve_template(name: str, tokenizer: Any, template_file: str | Path | None
         return chosen, f"the model's chat template cannot be used ({reason}); using the built-in {chosen.name} template ({why})"
 
 
-def builtin(name: str, tokenizer: Any) -> ChatTemplate:
+def builtin(name: str, tokenizer: Tokenizer) -> ChatTemplate:
     """A built-in template by name; ``chatml`` becomes ``chatml-think`` for vocabularies with ``<think>``."""
     if name == "chatml" and _has_marker(tokenizer, "<think>"):
         name = "chatml-think"
     file_name, thinking = BUILTINS[name]
     source = resources.files("templates").joinpath(file_name).read_text(encoding="utf-8")
-    return ChatTemplate(name=name, source=source, bos_token=_token_text(tokenizer, "bos_token"),
-                        eos_token=_token_text(tokenizer, "eos_token"), supports_thinking=thinking)
+    return ChatTemplate(name=name, source=source, bos_token=_token_text(tokenizer.bos_token),
+                        eos_token=_token_text(tokenizer.eos_token), supports_thinking=thinking)
 
 
-def detect_family(tokenizer: Any, source: str | None) -> tuple[str, str]:
+def detect_family(tokenizer: Tokenizer, source: str | None) -> tuple[str, str]:
     """(family, why): markers in the template source first, then in the vocabulary."""
     for family, marker in _FAMILY_MARKERS:
         if source and marker in source:
@@ -89,18 +94,17 @@ def detect_family(tokenizer: Any, source: str | None) -> tuple[str, str]:
     return "chatml", "no known chat markers in the vocabulary, so its tags are plain text"
 
 
-def _has_marker(tokenizer: Any, marker: str) -> bool:
+def _has_marker(tokenizer: Tokenizer, marker: str) -> bool:
     # special tokens only: byte-level vocabularies often hold "<think>" as ordinary merged text
-    return marker in (getattr(tokenizer, "special_tokens", None) or {})
+    return marker in tokenizer.special_tokens
 
 
-def _token_text(tokenizer: Any, attribute: str) -> str:
-    value = getattr(tokenizer, attribute, None)
+def _token_text(value: str | None) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _model_template(tokenizer: Any, name: str = "default") -> str | None:
-    source = getattr(tokenizer, "chat_template", None)
+def _model_template(tokenizer: Tokenizer, name: str = "default") -> str | None:
+    source: object = tokenizer.chat_template
     if isinstance(source, list):  # tokenizer_config.json may hold named templates
         named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
         source = named.get(name)
@@ -109,11 +113,11 @@ def _model_template(tokenizer: Any, name: str = "default") -> str | None:
     return source if isinstance(source, str) and source.strip() else None
 
 
-def _from_source(name: str, source: str, tokenizer: Any) -> ChatTemplate:
+def _from_source(name: str, source: str, tokenizer: Tokenizer) -> ChatTemplate:
     # HF picks the named "tool_use" template when tools are passed, "default" otherwise
     tool_use = _model_template(tokenizer, "tool_use") if name == "model" else None
-    return ChatTemplate(name=name, source=source, bos_token=_token_text(tokenizer, "bos_token"),
-                        eos_token=_token_text(tokenizer, "eos_token"),
+    return ChatTemplate(name=name, source=source, bos_token=_token_text(tokenizer.bos_token),
+                        eos_token=_token_text(tokenizer.eos_token),
                         supports_thinking=has_thinking_switch(source), tool_use_source=tool_use)
 
 

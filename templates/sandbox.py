@@ -309,7 +309,7 @@ def _check_weight(limits: RenderLimits, value: Any) -> None:
         if isinstance(item, dict):
             total = 1 + sum(weight(k) + weight(v) for k, v in item.items())
         elif isinstance(item, jinja2.utils.Namespace):
-            total = 1 + sum(weight(v) for v in item._Namespace__attrs.values())  # type: ignore[attr-defined]
+            total = 1 + sum(weight(v) for v in item._Namespace__attrs.values())
         else:
             total = 1 + sum(weight(x) for x in item)
         if total > limits.max_chars:
@@ -398,6 +398,7 @@ class SandboxedTemplate:
         def run() -> str:
             parts: list[str] = []
             budget = self._env.budget
+            assert budget is not None  # _guarded set this render's budget
             for chunk in self._template.generate(**variables):
                 budget.tick()  # sizes were counted by the output guards as the text was made
                 parts.append(chunk)

@@ -12,6 +12,7 @@ the cache directory (:mod:`tokenizer.table_cache`).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import zlib
 from array import array
@@ -40,10 +41,10 @@ def accel_module() -> ModuleType | None:
     if os.environ.get("TOKCHAT_NO_ACCEL", "") not in ("", "0"):
         return None
     try:
-        from tokenizer import _accel
+        # by name: a C extension (tokenizer/_accel*.c, built by setup.py) that the type checker cannot read
+        return importlib.import_module("tokenizer._accel")
     except ImportError:
         return None
-    return _accel
 
 
 def accel_status() -> str:

@@ -56,7 +56,7 @@ class BPEModel:
         self.special_piece = special_piece
         #: builds the C accelerator's Merger (same rule on token ids) on first use; without it,
         #: the pure-Python :class:`tokenizer.bpe_ids.IdMerger` (same rule, integer pairs)
-        self._merger_factory = merger if merger is not None else (lambda: None)
+        self._merger_factory: Callable[[], Any] | None = merger if merger is not None else (lambda: None)
         if special_piece is not None:
             self._merger_factory = None  # Gemma 4's newline runs need the string path
         self.merger: Any = None
@@ -94,8 +94,8 @@ class BPEModel:
         except KeyError:  # the cache was cleared under us: redo this call without it
             out = []
             for piece in pieces:
-                ids = fresh.get(piece)
-                out.extend(ids if ids is not None else self.piece_ids(piece))
+                known = fresh.get(piece)
+                out.extend(known if known is not None else self.piece_ids(piece))
         return out
 
     def built_merger(self) -> Any:

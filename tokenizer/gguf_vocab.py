@@ -124,7 +124,8 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     special: dict[str, int | None] = dict.fromkeys(_ID_KEYS)
     special.update(_DEFAULT_IDS.get(model, {}))
     for role, keys in _ID_KEYS.items():
-        if special[role] is not None and special[role] >= n:
+        known = special[role]
+        if known is not None and known >= n:
             special[role] = None
         for key in keys:
             value = kv.get(key)
@@ -156,14 +157,14 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     for i in ids_with(attrs, ATTR_CONTROL):
         if not attrs[i] & ATTR_UNUSED and "unused" in tokens[i]:
             attrs[i] |= ATTR_UNUSED
-    eog = {special[r] for r in ("fim_pad", "fim_rep", "fim_sep") if special[r] is not None}
+    eog = {tid for r in ("fim_pad", "fim_rep", "fim_sep") if (tid := special[r]) is not None}
     for tid in eog_by_text(ids):
         eog.add(tid)
         attrs[tid] |= ATTR_CONTROL
     for text in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):
         if text in ids:
             attrs[ids[text]] = ATTR_USER_DEFINED
-    eog.update(special[r] for r in ("eos", "eot", "eom") if special[r] is not None)
+    eog.update(tid for r in ("eos", "eot", "eom") if (tid := special[r]) is not None)
     eog_texts = {tokens[t]: t for t in eog}
     if "<|end|>" in eog_texts and (
         ("<|return|>" in eog_texts and "<|call|>" in eog_texts)

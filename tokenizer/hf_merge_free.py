@@ -161,7 +161,7 @@ def _metaspace(spec: dict) -> Callable[[list[tuple[str, bool]]], list[tuple[str,
     splitter = re.compile(f"(?={re.escape(rep)})")
 
     def step(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
-        out = []
+        out: list[tuple[str, bool]] = []
         for text, first in pieces:
             text = text.replace(" ", rep)
             if scheme == "always" and not text.startswith(rep):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from tokenizer.bpe import BPEModel
 from tokenizer.bytelevel import from_byte_chars, to_byte_chars
@@ -26,6 +27,8 @@ from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
 from tokenizer.spm import SPMModel
 
 _SPACE = "\u2581"  # ▁, SentencePiece's visible space
+#: what a vocabulary kind gives the Tokenizer: (encode one plain-text fragment, render one token's text as bytes)
+_Parts = tuple[Callable[[str], list[int]], Callable[[str], bytes]]
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, gguf: GGUFFile | None = None) -> Tokenizer:
@@ -102,16 +105,17 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
 
 
 def _merges(v: dict, merges: object) -> dict[str, int]:
-    _check_merges(merges)
-    return parse_merges(merges)
+    return parse_merges(_check_merges(merges))
 
 
-def _check_merges(merges: object) -> None:
+def _check_merges(merges: object) -> list[str]:
+    """``merges`` as the string list it must be (its first entry checked), else a TokenizerError."""
     if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges[:1]):
         raise TokenizerError("BPE vocabulary has no tokenizer.ggml.merges string array")
+    return merges
 
 
-def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | None = None):
+def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | None = None) -> _Parts:
     pre_type, ignore_merges = resolve_pre(v["pre"])
     pretok = make_pretokenizer(pre_type)
     ids = v["ids"]
@@ -121,7 +125,7 @@ def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | No
         found = (ids.get(chr(b)) for b in part.encode("utf-8") if b < 0x80)
         return [t for t in found if t is not None]
 
-    _check_merges(merges)
+    merges = _check_merges(merges)
     # the rank dict serves only the pure-Python merge (no accelerator, or pieces it leaves to Python)
     bpe = BPEModel(ids, lambda: parse_merges(merges), to_byte_chars, unknown, ignore_merges=ignore_merges,
                    merger=lambda: make_merger(merges, ids, first_wins=True, raw=raw))
@@ -177,7 +181,7 @@ def _unescape(text: str) -> bytes:
     return text.replace(_SPACE, " ").encode("utf-8")
 
 
-def _spm_parts(v: dict):
+def _spm_parts(v: dict) -> _Parts:
     scores = v["scores"]
     if scores is None:
         scores = [0.0] * len(v["tokens"])

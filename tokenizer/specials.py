@@ -84,7 +84,7 @@ class LlamaSpecialSplitter:
             self._groups.setdefault(tok.text[:2], []).append(tok)
 
     def _present(self, text: str, special: bool) -> list[SpecialToken]:
-        found = []
+        found: list[SpecialToken] = []
         for prefix, group in self._groups.items():
             if prefix in text:
                 found.extend(t for t in group if (special or not t.control) and t.text in text)

@@ -65,6 +65,7 @@ def _list_cached(ref, settings, out) -> None:
     if not ggufs:
         raise HubError(f"{ref}: offline, and the cache holds nothing of {ref.repo_id}")
     found = cached_model(ref, settings.cache)
+    assert snapshot is not None  # the files were found in a snapshot
     chosen = next((g for g in ggufs if found == snapshot / g.path), None)
     print_listing(ggufs, chosen, "what --model would open", out)
     out.print("(offline: only the files in the cache are listed)", markup=False)
@@ -100,13 +101,15 @@ def _interruptible(run: Callable[[threading.Event], Path]) -> Path:
     (at its next chunk) and, if it is stuck, left behind with the process; the
     partial file keeps what was written, and the next pull resumes it.
     """
-    cancel, outcome = threading.Event(), {}
+    cancel = threading.Event()
+    outcome: dict[str, Path] = {}
+    failure: dict[str, BaseException] = {}
 
     def target() -> None:
         try:
             outcome["path"] = run(cancel)
         except BaseException as exc:  # handed to the main thread, which raises it
-            outcome["error"] = exc
+            failure["error"] = exc
 
     worker = threading.Thread(target=target, name="tokchat-pull", daemon=True)
     worker.start()
@@ -117,8 +120,8 @@ def _interruptible(run: Callable[[threading.Event], Path]) -> Path:
         cancel.set()
         worker.join(2.0)  # a download still receiving stops at its next chunk
         raise
-    if "error" in outcome:
-        raise outcome["error"]
+    if "error" in failure:
+        raise failure["error"]
     return outcome["path"]
 
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from app.errors import CLIError
 
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_pieces(tokenizer, rendered, messages: list[dict], context_size: int,
-                 extra_spans: list[tuple[str, int, int]] = ()) -> None:
+                 extra_spans: Sequence[tuple[str, int, int]] = ()) -> None:
     """Every prompt id with its piece and part, then the breakdown of those ids."""
     from app.cli.tokenize import piece_text
     from app.conversation.context_breakdown import PromptRecord, breakdown

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.errors import CLIError
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,7 +118,7 @@ class _ProgressBar:
             TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, disable=not (enabled and console.is_terminal), transient=False,
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> "_ProgressBar":
         self._progress.start()

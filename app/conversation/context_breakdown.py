@@ -30,7 +30,11 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from templates.builder import BuiltPrompt
+    from tokenizer.protocol import Tokenizer
 
 #: part kinds, in the order they are listed
 MARKUP, SYSTEM, TURN, CURRENT, EXTRA, TOOL = "markup", "system", "turn", "current", "extra", "tool"
@@ -46,7 +50,7 @@ class PromptRecord:
     (``role``, ``content``) or as mappings.
     """
 
-    prompt: Any  # templates.builder.BuiltPrompt
+    prompt: BuiltPrompt
     messages: tuple[Any, ...]
     dropped: tuple[Any, ...] = ()
     reply_ids: tuple[int, ...] = ()
@@ -75,10 +79,10 @@ class Breakdown:
     """The parts of one turn's context; ``owner`` maps every prompt id to its part."""
 
     parts: list[Part]
-    owner: array  # prompt id index -> index into parts
+    owner: array[int]  # prompt id index -> index into parts
     ranges: list[tuple[int, int]]  # prompt id index -> byte range in the prompt text
     message_part: dict[int, int]  # PromptRecord.messages index -> index into parts
-    message_owner: array  # prompt id index -> PromptRecord.messages index, -1 for markup
+    message_owner: array[int]  # prompt id index -> PromptRecord.messages index, -1 for markup
     prompt_tokens: int
     reply_tokens: int
     draft_tokens: int
@@ -124,7 +128,7 @@ def role_and_content(message: Any) -> tuple[str, str]:
     return str(getattr(message, "role", "")), str(getattr(message, "content", ""))
 
 
-def token_ranges(tokenizer: Any, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
+def token_ranges(tokenizer: Tokenizer, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
     """Each id's ``(start, end)`` byte range in ``text``'s UTF-8 bytes, by walking its bytes along.
 
     A BOS (or any id) whose bytes are not at that point of the text gets an
@@ -184,7 +188,7 @@ def _span_messages(text: str, spans: Sequence[tuple[int, int]], messages: Sequen
     return out
 
 
-def _owners(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> array:
+def _owners(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> array[int]:
     """For each id, the index of the span it overlaps most (-1: none); both lists sorted."""
     owner = array("i", [-1]) * len(ranges)
     k = 0
@@ -202,7 +206,7 @@ def _owners(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]])
     return owner
 
 
-def breakdown(tokenizer: Any, record: PromptRecord, *, draft_tokens: int = 0,
+def breakdown(tokenizer: Tokenizer, record: PromptRecord, *, draft_tokens: int = 0,
               count: Callable[[str], int] | None = None,
               extra_spans: Sequence[tuple[str, int, int]] = ()) -> Breakdown:
     """Split the ids ``record`` sent into parts (see the module docstring).

@@ -35,13 +35,15 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal, TypeVar
 from urllib.parse import urlparse
 
 from app.models.gguf_choice import NoSuchQuant, RepoGGUF, choose, repo_ggufs
 from app.models.hub_cache import PARTIAL_SUFFIX, cached_model, hf_cache_dir, hf_offline, storage_dir
 from app.models.hub_ref import HubRef, ModelNotFound, RefError, model_ref
 
+#: what one hub request (:func:`_hub_call`) returns
+T = TypeVar("T")
 #: seconds to wait for the hub to answer a listing or a file's metadata
 METADATA_TIMEOUT_S = 10.0
 #: bytes per read while downloading: progress and Esc/Ctrl-C are noticed this often
@@ -157,7 +159,7 @@ def _network_error(exc: BaseException) -> bool:
     return isinstance(exc, tuple(kinds))
 
 
-def _hub_call(ref: HubRef, settings: HubSettings, what: Callable[[], object]) -> object:
+def _hub_call(ref: HubRef, settings: HubSettings, what: Callable[[], T]) -> T:
     """Run one hub request; its failures become one-line :class:`HubError`s."""
     from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
                                         RepositoryNotFoundError, RevisionNotFoundError)
@@ -281,7 +283,7 @@ def _bar_class(report: Callable[[int], None], cancel: threading.Event | None):
         def __enter__(self) -> "Bar":
             return self
 
-        def __exit__(self, *exc: object) -> bool:
+        def __exit__(self, *exc: object) -> Literal[False]:
             return False
 
         def update(self, n: int) -> None:

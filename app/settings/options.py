@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from backends.base import SamplingParams
 from backends.remote import RemoteSettings
+
+if TYPE_CHECKING:
+    from app.conversation.attachments import AttachLimits
+    from app.settings.tools import ToolSettings
+    from backends.model_meta import ModelMeta
 
 
 @dataclass
@@ -64,13 +69,13 @@ class ChatOptions:
     model_path: Path | None = None
     #: the header of ``model_path``, read once by :func:`app.models.preset_match.chat_options` (a
     #: :class:`backends.model_meta.ModelMeta`); the loader takes it and clears it, so it is never stale
-    model_meta: Any = field(default=None, repr=False, compare=False)
+    model_meta: ModelMeta | None = field(default=None, repr=False, compare=False)
     #: files attached to the headless ``--prompt`` (``--attach``, repeatable)
     attach: list[Path] = field(default_factory=list)
-    #: size and token budgets for attachments (``[attach]`` in the config; an app.conversation.attachments.AttachLimits)
-    attach_limits: Any = None
+    #: size and token budgets for attachments (``[attach]`` in the config)
+    attach_limits: AttachLimits | None = None
     #: tool calling (see app.settings.tools.ToolSettings): which MCP servers' tools, approval, limits
-    tools: Any = None
+    tools: ToolSettings | None = None
     #: headless: the stored conversation to go on with (``--resume ID``); None: a new one
     resume: int | None = None
     #: headless: continue the last reply of ``resume`` instead of sending a prompt (``--continue``)

@@ -243,6 +243,7 @@ class McpHub:
                 server.client = client
                 if not ready.done():
                     ready.set_result(None)
+                assert server.stop is not None  # set before this task starts
                 await server.stop.wait()
         except BaseException as exc:  # the task's end: report it once, to whoever waits
             if not ready.done():
@@ -359,8 +360,8 @@ def _stdout_fault(exc: Exception) -> str:
 
 def _reason(exc: BaseException, server: _Server | None = None) -> str:
     """One line for an exception (exception groups unwrapped), with the server's last log line."""
-    while getattr(exc, "exceptions", None):  # an exception group (anyio task groups raise them)
-        exc = exc.exceptions[0]
+    while inner := getattr(exc, "exceptions", None):  # an exception group (anyio task groups raise them; 3.10 too)
+        exc = inner[0]
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, FileNotFoundError):
         text = f"command not found: {exc.filename or text}"

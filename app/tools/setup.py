@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.tools.loop import Approver, ToolLoop
 from app.tools.mcp_client import McpHub
 from app.settings.tools import ToolSettings
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 
 @dataclass
@@ -56,7 +59,7 @@ def open_tools(settings: ToolSettings | None, session: Any, *, approve: Approver
     return ChatTools(hub, loop)
 
 
-def schema_tokens(tokenizer: Any, schema: dict) -> int:
+def schema_tokens(tokenizer: Tokenizer, schema: dict) -> int:
     """A tool schema's size in tokens, as JSON (what each tool adds to every prompt, about)."""
     return len(tokenizer.encode(json.dumps(schema, ensure_ascii=False)))
 

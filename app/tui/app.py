@@ -136,6 +136,9 @@ class ChatApp(App):
     class ModelLoadFailed(Message):
         error: str
 
+    #: the paste chips (made in __init__ after the attachments, whose callback already names them)
+    paste_chips: PasteChips
+
     def __init__(self, options: ChatOptions, *, loader: Loader | None = None,
                  stats_filter: Callable[[Any], Any] | None = None, store: Any = None,
                  with_preset: Callable[[], ChatOptions] | None = None) -> None:
@@ -436,9 +439,10 @@ class ChatApp(App):
             return
         typed = unescape_prompt(text)
         held = list(self.attachments.pending)
-        text = self.attachments.message_with_attachments(typed)  # held files and @file words, in blocks
-        if text is None:
+        message = self.attachments.message_with_attachments(typed)  # held files and @file words, in blocks
+        if message is None:
             return  # a file was refused (said in one line); the draft stays for another try
+        text = message
         why = self.attachments.refusal(text, held)  # the session's rule, said for the files held
         if why is not None:  # refused before the box is cleared: the draft and the files stay
             self.attachments.restore(held, self.prompt_input.text)
@@ -526,7 +530,7 @@ class ChatApp(App):
         return session.context_used
 
     def update_meter(self) -> None:
-        if self.session is not None:
+        if self.session is not None and self.chat is not None:
             self.meter.used = self._kept_tokens(self.prompt_input.editing)
             self.meter.limit = self.chat.context_size
             if not self.generating:  # what the next send does (app.conversation.compaction), said before it
@@ -608,21 +612,24 @@ class ChatApp(App):
         drained = buffer.drain()
         reply = self.reply
         assert reply is not None
-        for kind, text in drained.chunks:
-            if kind == "content":
-                await reply.add_content(text)
-                self.history.record_chunk(kind, text)
+        for kind, item in drained.chunks:
+            if not isinstance(item, str):  # an event of the tool loop or of compaction
+                if kind == "tool_message":  # a message the tool loop added: stored in order
+                    self.history.record_message(item.data)
+                elif kind == "summary":  # the turns leaving the prompt, summarized first (/compact summarize)
+                    await self.compaction.show_summary(item.data, before=reply)
+                else:
+                    await self.tools.show_event(reply, kind, item)
+            elif kind == "content":
+                await reply.add_content(item)
+                self.history.record_chunk(kind, item)
             elif kind == "reasoning":
-                await reply.add_reasoning(text)
-                self.history.record_chunk(kind, text)
-            elif kind == "tool_message":  # a message the tool loop added: stored in order
-                self.history.record_message(text.data)
-            elif kind == "summary":  # the turns leaving the prompt, summarized first (/compact summarize)
-                await self.compaction.show_summary(text.data, before=reply)
-            elif kind.startswith("tool_"):
-                await self.tools.show_event(reply, kind, text)
+                await reply.add_reasoning(item)
+                self.history.record_chunk(kind, item)
+            elif kind.startswith("tool_"):  # a tool call's text as it is generated
+                await self.tools.show_event(reply, kind, item)
             else:
-                await self.chat_view.add_notice(text, "warning")
+                await self.chat_view.add_notice(item, "warning")
                 self.chat_view.move_child(self.chat_view.children[-1], before=reply)
         self._streamed += drained.text_events
         prompt = self.session.last_prompt

@@ -39,7 +39,7 @@ class Attachments:
 
     @property
     def limits(self) -> AttachLimits:
-        return getattr(self.host.options, "attach_limits", None) or AttachLimits()
+        return self.host.options.attach_limits or AttachLimits()
 
     def _count(self, text: str) -> int:
         return self.host.session.draft_tokens(text)

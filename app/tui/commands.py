@@ -104,6 +104,7 @@ class SlashCommands:
             notice = host.use_template(arg)
         except TemplateError as exc:
             raise SlashError(str(exc)) from None
+        assert host.chat is not None  # need_session: the chat is loaded
         name = host.chat.template.name
         self.history.set_template(name)
         host.notify(notice or f"Template: {name}")
@@ -198,6 +199,7 @@ class SlashCommands:
         from app.tui.transcript import totals_text
 
         session = self.host.need_session("stats")
+        assert self.host.chat is not None  # need_session: the chat is loaded
         await self.host.chat_view.add_notice(totals_text(session.messages, session.context_used,
                                                          self.host.chat.context_size))
 

@@ -29,7 +29,8 @@ class Compaction:
     async def cmd_compact(self, arg: str) -> None:
         """``/compact POLICY`` sets this chat's policy; ``undo`` and ``edit TEXT`` change the summary in the prompt;
         alone: says the policy and the summary in use."""
-        from app.conversation.compaction import POLICIES, active_summary, edit_summary, undo_summary
+        from app.conversation.compaction import POLICIES, edit_summary, undo_summary
+        from app.conversation.summary import active_summary
 
         host = self.host
         session = host.need_session("compact")

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+if TYPE_CHECKING:
+    from app.conversation.messages import ReplyEvent
 
 
 @dataclass
@@ -26,7 +29,7 @@ class Drained:
     ``finished`` says the worker thread has ended.
     """
 
-    chunks: list[tuple[str, str]] = field(default_factory=list)
+    chunks: list[tuple[str, str | ReplyEvent]] = field(default_factory=list)
     text_events: int = 0
     done: Any = None
     errors: list[str] = field(default_factory=list)
@@ -36,7 +39,7 @@ class Drained:
 class EventBuffer:
     """Thread-safe queue of reply events; ``wake`` is called when it goes from empty to non-empty."""
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+    def __init__(self, wake: Callable[[], object]) -> None:
         self._wake = wake
         self._lock = threading.Lock()
         self._events: list[Any] = []
@@ -68,8 +71,9 @@ class EventBuffer:
                 out.text_events += 1
             if kind in ("reasoning", "content", "notice", "tool_call_delta"):
                 # streamed text (a tool call's as it is generated too) joins its predecessor of the same kind
-                if out.chunks and out.chunks[-1][0] == kind and kind != "notice":
-                    out.chunks[-1] = (kind, out.chunks[-1][1] + event.text)
+                last = out.chunks[-1] if out.chunks and kind != "notice" else None
+                if last is not None and last[0] == kind and isinstance(last[1], str):
+                    out.chunks[-1] = (kind, last[1] + event.text)
                 else:
                     out.chunks.append((kind, event.text))
             elif kind in ("tool_call", "tool_result", "tool_message", "summary"):

@@ -14,14 +14,21 @@ state; what one feature tells another goes through the window's handlers
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+    from textual.timer import Timer
+    from textual.widget import Widget
+
     from app.settings.options import ChatOptions
     from app.tui.keys import KeyMap
     from app.tui.loader import LoadedChat
     from app.tui.widgets.chat_view import ChatView
     from app.tui.widgets.prompt_input import PromptInput
+
+#: a widget class asked for by type (``query_one(ChatView)``), as Textual's own ``QueryType``
+W = TypeVar("W", bound="Widget")
 
 
 class ChatHost(Protocol):
@@ -65,7 +72,7 @@ class ChatHost(Protocol):
                           into: Any = None, opening: str = "") -> None: ...
 
     # -- Textual's App API (the subset the features use) -----------------------------------------
-    def notify(self, message: str, *, title: str = "", severity: str = "information",
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None: ...
 
     def push_screen(self, screen: Any, callback: Any = None, wait_for_dismiss: bool = False) -> Any: ...
@@ -74,7 +81,14 @@ class ChatHost(Protocol):
 
     def query(self, selector: Any = None) -> Any: ...
 
-    def query_one(self, selector: Any, expect_type: Any = None) -> Any: ...
+    @overload
+    def query_one(self, selector: str) -> Widget: ...
+
+    @overload
+    def query_one(self, selector: type[W]) -> W: ...
+
+    @overload
+    def query_one(self, selector: str, expect_type: type[W]) -> W: ...
 
     def post_message(self, message: Any) -> bool: ...
 
@@ -82,7 +96,8 @@ class ChatHost(Protocol):
 
     def call_from_thread(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
 
-    def set_interval(self, interval: float, callback: Any = None, **kwargs: Any) -> Any: ...
+    def set_interval(self, interval: float, callback: Callable[[], Any] | None = None, *, name: str | None = None,
+                     repeat: int = 0, pause: bool = False) -> Timer: ...
 
     def run_worker(self, work: Any, name: str | None = "", group: str = "default", description: str = "",
                    exit_on_error: bool = True, start: bool = True, exclusive: bool = False,

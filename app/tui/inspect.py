@@ -13,12 +13,15 @@ message, which the window routes to :meth:`TokenInspectorOpener.inspect_turn`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual import events
 
 from app.tui.host import ChatHost
 from app.tui.widgets.user_message import UserMessage
+
+if TYPE_CHECKING:
+    from textual.dom import DOMNode
 
 
 def _message_widgets() -> tuple[type, type]:
@@ -96,6 +99,7 @@ class TokenInspectorOpener:
         replies = [i for i, m in enumerate(messages) if m.role == "assistant"]
         if not replies:
             return None, None, "", None
+        reply_index: int | None
         if message is None:
             reply_index = replies[-1]
         else:
@@ -132,7 +136,7 @@ class TokenInspectorOpener:
         """A double click on a message opens its tokens."""
         if getattr(event, "chain", 1) < 2 or self.host.session is None:
             return
-        widget = event.widget
+        widget: DOMNode | None = event.widget
         while widget is not None and not isinstance(widget, _message_widgets()):
             widget = widget.parent
         if widget is None:

@@ -120,7 +120,9 @@ class ModelPull:
 
         host = self.host
         try:
-            plan = plan_pull(model_ref(value))
+            ref = model_ref(value)
+            assert ref is not None  # only a hub reference is pulled (_needs_download)
+            plan = plan_pull(ref)
             check_space(plan)
             host.call_from_thread(self._planned, cancel, plan)
             path = download(plan, progress=lambda p: setattr(self, "_latest", (cancel, p)), cancel=cancel)

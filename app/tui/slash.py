@@ -7,6 +7,7 @@ Bad arguments raise :class:`SlashError` with a message that says what to type.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from backends.base import SamplingParams
 
@@ -103,6 +104,7 @@ def apply_sampling(sampling: SamplingParams, name: str, arg: str) -> SamplingPar
     kind = {f.name: f.type for f in fields(SamplingParams)}[field_name]
     if not arg:
         return sampling
+    value: int | float | None
     try:
         if field_name == "seed":
             value = None if arg.lower() == "none" else int(arg)
@@ -118,7 +120,8 @@ def apply_sampling(sampling: SamplingParams, name: str, arg: str) -> SamplingPar
         low, high = limits[field_name]
         if not low <= value <= high:
             raise SlashError(f"/{name} must be between {low} and {high}, not {arg}")
-    return replace(sampling, **{field_name: value})
+    changes: dict[str, Any] = {field_name: value}  # the field named by the command: its type was parsed above
+    return replace(sampling, **changes)
 
 
 def parse_on_off(arg: str, command: str) -> bool:

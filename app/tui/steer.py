@@ -160,6 +160,7 @@ class Steering:
 
     def _model_key(self) -> str:
         chat = self.host.chat
+        assert chat is not None  # a command needs the loaded chat (need_session)
         return chat.info.model_name or chat.model_path.stem
 
     def _remember(self, **values: Any) -> None:

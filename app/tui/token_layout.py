@@ -15,11 +15,14 @@ widget per token: the inspector draws only the rows on screen.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.cells import cell_len
 
 from app.tui.inert import safe_text
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 NORMAL, SPECIAL, BYTES = "normal", "special", "bytes"
 
@@ -33,12 +36,12 @@ class Piece:
     newline: bool = False
 
 
-def piece(tokenizer: Any, tid: int) -> Piece:
+def piece(tokenizer: Tokenizer, tid: int) -> Piece:
     """How ``tid`` is drawn (see the module docstring)."""
     from tokenizer.core import ATTR_BYTE
 
     data = tokenizer.token_bytes(tid)
-    if tokenizer.is_special(tid) or tokenizer.id_to_token(tid) in getattr(tokenizer, "special_tokens", {}):
+    if tokenizer.is_special(tid) or tokenizer.id_to_token(tid) in tokenizer.special_tokens:
         return Piece(safe_text(data.decode("utf-8", "replace")) or f"<{tid}>", SPECIAL)
     if tokenizer.token_attr(tid) & ATTR_BYTE:
         return Piece("‹" + data.hex(" ") + "›", BYTES)
@@ -55,7 +58,7 @@ def piece(tokenizer: Any, tid: int) -> Piece:
     return Piece(shown, NORMAL, newline)
 
 
-def pieces(tokenizer: Any, ids: Sequence[int]) -> list[Piece]:
+def pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[Piece]:
     cache: dict[int, Piece] = {}
     out = []
     for tid in ids:

@@ -43,7 +43,7 @@ class ChatTools:
     # -- servers -------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the chosen servers once (after the first model load)."""
-        settings = getattr(self.host.options, "tools", None)
+        settings = self.host.options.tools
         if self.hub is not None or settings is None or not settings.selected():
             return
         self.host.run_worker(self._open_servers, thread=True, exclusive=True, group="tools")
@@ -52,6 +52,7 @@ class ChatTools:
         from app.tools.mcp_client import McpHub
 
         settings = self.host.options.tools
+        assert settings is not None  # start() runs this only with servers chosen
         lines = [f"no MCP server named {name!r} in [mcp.servers]" for name in settings.unknown()]
         names = [n for n in settings.selected() if n in settings.servers]
         hub = McpHub([settings.servers[n] for n in names], call_timeout_s=settings.call_timeout_s)
@@ -125,10 +126,14 @@ class ChatTools:
         done = threading.Event()
         loop = self._loop
 
+        def answered(result: str | None) -> None:
+            answer.setdefault("v", result or DENY)
+            done.set()
+
         def show() -> None:
             screen = ToolApprovalScreen(server, call.name, call.arguments)
             self._approval_screen = screen
-            host.push_screen(screen, callback=lambda result: (answer.setdefault("v", result or DENY), done.set()))
+            host.push_screen(screen, callback=answered)
 
         host.call_from_thread(show)
         while not done.wait(0.05):
@@ -179,7 +184,7 @@ class ChatTools:
         from app.tools.setup import schema_tokens, tools_prompt_tokens
 
         session = self.host.session
-        settings = getattr(self.host.options, "tools", None)
+        settings = self.host.options.tools
         if settings is None or not settings.servers:
             return "No MCP servers configured: add [mcp.servers.NAME] to your config.toml (tokchat config path)."
         if self.hub is None:

@@ -52,6 +52,9 @@ class _Vocab:
 
     special_tokens = {"<|im_end|>": 2}
 
+    def is_special(self, tid: int) -> bool:
+        return True  # the one token above is a control token
+
 
 def test_unplaced_text_with_control_tokens_is_refused():
     source = "{% for m in messages %}{{ m.content[:40] }}{% endfor %}"

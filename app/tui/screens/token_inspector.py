@@ -12,8 +12,10 @@ pieces and ids; ``[`` and ``]`` open the turn before and after.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
-from typing import Any
+
 
 from rich.text import Text
 from textual import on
@@ -27,6 +29,9 @@ from textual.widgets.option_list import Option
 from app.conversation.context_breakdown import Breakdown, PromptRecord, role_and_content
 from app.tui.token_layout import id_pieces, pieces
 from app.tui.widgets.token_view import TokenRows, TokenView
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 
 class TokenInspector(Screen):
@@ -52,7 +57,7 @@ class TokenInspector(Screen):
 
         turn: int
 
-    def __init__(self, tokenizer: Any, record: PromptRecord, parts: Breakdown, *, title: str = "",
+    def __init__(self, tokenizer: Tokenizer, record: PromptRecord, parts: Breakdown, *, title: str = "",
                  focus_message: int | None = None, turn: int = 0, new_ids: int | None = None,
                  state: str = "") -> None:
         """``new_ids``: of the prompt's ids, those the engine evaluated for this reply (its stats' "new");

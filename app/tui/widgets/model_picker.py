@@ -100,5 +100,6 @@ class ModelPicker(ModalScreen[str | None]):
         self.query_one("#status", Label).update(status if entries else "no models found")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        assert event.option.id is not None  # every option's id is its entry's index
         entry = self.entries[int(event.option.id)]
         self.dismiss(str(entry.info.path))

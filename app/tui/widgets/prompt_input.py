@@ -24,6 +24,7 @@ instead, and the app holds it as an attachment chip (:mod:`app.tui.paste_chips`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from textual import events
 from textual.binding import Binding
@@ -95,7 +96,7 @@ class PromptInput(TextArea):
         # index into ``sent`` while recalling; None when not recalling
         self._recall: int | None = None
         #: text -> whether a paste of it becomes an attachment chip (set by the app; None: never)
-        self.chip_rule = None
+        self.chip_rule: Callable[[str], bool] | None = None
         #: files or pasted chips are held for the next message (set by app.tui.paste_chips): Enter in an
         #: empty box then sends them alone
         self.holding = False
