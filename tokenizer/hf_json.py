@@ -17,20 +17,21 @@ from __future__ import annotations
 import json
 import os
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import regex
 
 from tokenizer.accel import HF_SPLIT_MODES, accel_module, flag_table
 from tokenizer.bpe import BPEModel
 from tokenizer.bytelevel import from_byte_chars, to_byte_chars
-from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, Tokenizer, TokenizerParts
+from tokenizer.core import ATTR_CONTROL, ATTR_NORMAL, ATTR_USER_DEFINED, PieceCache, Tokenizer, TokenizerParts
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf_vocab import eog_by_text
 from tokenizer.hf_config import chat_template_of, post_processor_adds_bos, token_text
 from tokenizer.json_float import serde_float
-from tokenizer.merger import make_merger
+from tokenizer.merger import fragment_encoder, make_merger
 from tokenizer.specials import HFSpecialSplitter, SpecialToken
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -63,7 +64,8 @@ def _normalizer(spec: Any) -> Callable[[str], str] | None:
         return None
     kind = _section(spec, "normalizer").get("type")
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
-        return lambda s, form=kind: unicodedata.normalize(form, s)
+        form: Literal["NFC", "NFD", "NFKC", "NFKD"] = kind
+        return lambda s: unicodedata.normalize(form, s)
     if kind == "Lowercase":
         return str.lower
     if kind in ("BertNormalizer", "Replace", "Precompiled"):
@@ -117,16 +119,21 @@ def _regex_splitter(pattern: regex.Pattern[str], behavior: str) -> Step:
     return step_slow
 
 
-def _c_splitter(split: Callable[[str, int, bytes], list[str]], mode: int) -> Step:
-    """The C accelerator's hand-compiled version of a known Split regex (same pieces)."""
+@dataclass(frozen=True)
+class _CSplit:
+    """The C accelerator's hand-compiled version of a known Split regex (same pieces); a :data:`Step`.
 
-    def step(pieces: list[str]) -> list[str]:
-        table = flag_table(llama=False)
+    ``mode`` is kept so that a pipeline of this step alone can be split and merged in C at once.
+    """
+
+    split: Callable[[str, int, bytes], list[str]]
+    mode: int
+
+    def __call__(self, pieces: list[str]) -> list[str]:
+        table, split, mode = flag_table(llama=False), self.split, self.mode
         if len(pieces) == 1:
             return split(pieces[0], mode, table)
         return [p for piece in pieces for p in split(piece, mode, table)]
-
-    return step
 
 
 def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
@@ -135,7 +142,8 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
         return [], False
     kind = _section(spec, "pre_tokenizer").get("type")
     if kind == "Sequence":
-        steps, byte_level = [], False
+        steps: list[Step] = []
+        byte_level = False
         for sub in spec.get("pretokenizers", []):
             s, b = _pre_steps(sub)
             steps += s
@@ -148,7 +156,7 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
         accel = accel_module()
         if (accel is not None and spec.get("behavior", "Isolated") == "Isolated" and isinstance(pat.get("Regex"), str)
                 and pat["Regex"] in HF_SPLIT_MODES):
-            return [_c_splitter(accel.split, HF_SPLIT_MODES[pat["Regex"]])], False
+            return [_CSplit(accel.split, HF_SPLIT_MODES[pat["Regex"]])], False
         if "Regex" in pat:
             try:
                 compiled = regex.compile(pat["Regex"])
@@ -160,7 +168,7 @@ def _pre_steps(spec: Any) -> tuple[list[Step], bool]:
             raise TokenizerError("tokenizer.json Split without a pattern")
         return [_regex_splitter(compiled, spec.get("behavior", "Isolated"))], False
     if kind == "ByteLevel":
-        steps: list[Step] = []
+        steps = []
         if spec.get("add_prefix_space"):
             steps.append(lambda pieces: [p if p.startswith(" ") else " " + p for p in pieces])
         if spec.get("use_regex", True):
@@ -237,9 +245,18 @@ def _load_tokenizer_json(path: Path) -> Tokenizer:
                    unknown, ignore_merges=bool(model.get("ignore_merges")),
                    merger=(lambda: make_merger(merges, vocab, first_wins=False)) if byte_level else None)
 
+    caches: list[PieceCache] = [bpe.cache]
+    # one C split step and byte-level BPE: split and merged in C at once (ignore_merges needs piece_ids)
+    whole = (fragment_encoder(bpe.built_merger, steps[0].mode, caches, llama=False)
+             if len(steps) == 1 and isinstance(steps[0], _CSplit) and byte_level and not bpe.ignore_merges else None)
+
     def encode_fragment(text: str) -> list[int]:
         if normalize is not None:
             text = normalize(text)
+        if whole is not None:
+            ids = whole(text)
+            if ids is not None:
+                return ids
         pieces = [text] if text else []
         for step in steps:
             pieces = step(pieces)
@@ -264,7 +281,7 @@ def _load_tokenizer_json(path: Path) -> Tokenizer:
             kind="bpe", pre=None, tokens=tokens, attrs=attrs, render=render, encode_fragment=encode_fragment,
             splitter=HFSpecialSplitter(specials), bos_id=bos_id, eos_id=eos_id, add_bos=add_bos,
             eog_ids=frozenset(eog), chat_template=chat_template_of(config.get("chat_template")),
-            metadata={}, token_to_id=ids, source=str(path), caches=[bpe.cache],
+            metadata={}, token_to_id=ids, source=str(path), caches=caches,
         )
     )
 

@@ -80,29 +80,34 @@ def _per_piece(merger, text: str, mode: int) -> list[int]:
     return [i for piece in accel.split(text, mode, flag_table()) for i in merger.encode(piece)]
 
 
-def test_a_cold_encode_does_no_python_work_per_piece(qwen):
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b.gguf", "qwen2.5-tokenizer"])
+def test_a_cold_encode_does_no_python_work_per_piece(name):
     """Ten times the distinct pieces, the same Python calls: the pieces never surface in Python."""
+    tok = ours(str(asset_path(name)))
     small, large = _distinct_words(300), _distinct_words(3000, seed=8)
-    qwen.encode("warm-up: the merger and the flag table are built on first use")
+    tok.encode("warm-up: the merger and the flag table are built on first use")
     calls = []
     for text in (small, large):
-        qwen.clear_cache()
-        calls.append(_python_calls(lambda text=text: qwen.encode(text)))
+        tok.clear_cache()
+        calls.append(_python_calls(lambda text=text: tok.encode(text)))
     assert calls[0] == calls[1], f"{calls[0]} Python calls for 300 distinct words, {calls[1]} for 3,000"
 
 
-#: one GGUF per C splitter mode that takes the fragment path (llama3's llama-bpe has ignore_merges)
-_FRAGMENT_GGUFS = {"qwen2": "qwen2.5-coder-0.5b.gguf", "starcoder": "smollm2.gguf", "gpt2": "ggml-vocab-gpt-2.gguf",
-                   "qwen35": "ggml-vocab-qwen35.gguf", "starcoder-vocab": "ggml-vocab-starcoder.gguf"}
+#: one vocabulary per C splitter mode that takes the fragment path (llama3's llama-bpe GGUF has
+#: ignore_merges), and the tokenizer.json files whose one Split regex the C splitter knows
+_FRAGMENT_VOCABS = {"qwen2": "qwen2.5-coder-0.5b.gguf", "starcoder": "smollm2.gguf", "gpt2": "ggml-vocab-gpt-2.gguf",
+                    "qwen35": "ggml-vocab-qwen35.gguf", "starcoder-vocab": "ggml-vocab-starcoder.gguf",
+                    "qwen2-json": "qwen2.5-tokenizer", "llama3-json": "llama3.2-tokenizer"}
 
 
-@pytest.mark.parametrize("mode", sorted(_FRAGMENT_GGUFS))
+@pytest.mark.parametrize("mode", sorted(_FRAGMENT_VOCABS))
 def test_the_fragment_path_gives_the_pure_python_ids(mode, monkeypatch):
     """Every C splitter mode, on the corpus and on what the C path hands back to Python: a lone
     surrogate (no UTF-8), a piece over 1,024 bytes, a byte-level piece with every byte."""
-    name = _FRAGMENT_GGUFS[mode]
+    name = _FRAGMENT_VOCABS[mode]
     path = asset_path("llama.cpp-models") / name if name.startswith("ggml-vocab-") else asset_path(name)
     fast = ours(str(path))
+    assert any(isinstance(c, accel.PieceCache) for c in fast._caches), "the fragment path is not taken"
     monkeypatch.setenv("TOKCHAT_NO_ACCEL", "1")
     pure = load_tokenizer(path)
     monkeypatch.delenv("TOKCHAT_NO_ACCEL")
