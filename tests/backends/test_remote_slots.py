@@ -20,7 +20,7 @@ from backends.remote import RemoteBackend, RemoteSettings
 from backends.remote_connect import connect
 from backends.remote_llamacpp import LlamaCppAdapter
 from backends.remote_sglang import SGLangAdapter
-from backends.remote_slots import SlotIndex, server_state
+from backends.remote_slots import SlotIndex, SlotKeeper, server_state
 from backends.remote_vllm import VLLMAdapter
 from tokenizer import load_tokenizer
 
@@ -77,7 +77,8 @@ def test_a_restored_slot_evaluates_only_the_rest_and_replies_as_the_server_that_
         oracle.close()
         assert in_memory.prompt_evaluated == len(follow) - saved
         # the server's file (saved before it took the oracle's turn) and tokchat's record of its ids
-        (entry,) = SlotIndex(states / "llama-server", first.state.index.key).entries()  # type: ignore[attr-defined]
+        assert isinstance(first.state, SlotKeeper)
+        (entry,) = first.state.index.entries()
         assert [p.name for p in slots.iterdir()] == [entry.filename] and len(entry.ids) == saved
     finally:
         kept.stop()
@@ -164,7 +165,7 @@ def test_a_branch_writes_over_its_parents_file_and_the_other_branch_reuses_only_
     finally:
         kept.stop()
     assert list(slots.iterdir()) == [parent]  # written over, not beside
-    (entry,) = SlotIndex(states / "llama-server", "").folder.parent.glob("*/*.json")
+    (entry,) = (states / "llama-server").glob("*/*.json")
     assert entry.name == f"{parent.name}.json"
 
     again = server(smollm_path, tmp_path, slots)
