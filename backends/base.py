@@ -9,6 +9,7 @@ where an engine is missing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Collection, Generator, Protocol, Sequence, runtime_checkable
 
@@ -209,6 +210,20 @@ class DraftCounts:
         return self.accepted / self.drafted if self.drafted else 0.0
 
 
+class FinishReason(StrEnum):
+    """Why a reply ended: a closed set, decided once by whoever knows it (llama.cpp's server sets a
+    result's ``stop_type`` once, in the slot).  The engine sets it on its :class:`GenerationStats`
+    (:meth:`GenerationStats.end`); the layers above read it and never work it out again.  A ``str``, so
+    it is stored, printed and compared as the word it always was."""
+
+    STOP = "stop"  # a stop id, the engine's end of reply, or a server's "stop"
+    LENGTH = "length"  # ``max_tokens`` or a full context (a server's own cap too)
+    CANCELLED = "cancelled"  # the caller stopped the reply (Esc, Ctrl-C, a closed generation)
+    ERROR = "error"  # the engine failed, or a server aborted the reply (SGLang's and vLLM's "abort")
+    #: the history's, never an engine's: the process died while the reply was written (a kill)
+    INTERRUPTED = "interrupted"
+
+
 #: ``generate``'s optional listener: called with every new PromptProgress, on the engine's thread
 ProgressListener = Callable[[PromptProgress], None]
 
@@ -245,12 +260,17 @@ class GenerationStats:
     #: what the engine's state cache did for this prompt (backends.state_keeper): "loaded N ids from disk in T s",
     #: "none (why)"; "" = nothing to say (no cache, or the engine's own cache served the prompt)
     state: str = ""
-    #: "stop" (a stop id or the engine's end of reply), "length" (max_tokens or a full context),
-    #: "cancelled", "error"; "" while the ids still come
-    finish_reason: str = ""
+    #: why the reply ended (:class:`FinishReason`), set once by :meth:`end`; None while the ids still come
+    finish_reason: FinishReason | None = None
     #: milliseconds the reply's constraint (SamplingParams.constraint) took to mask the logits, made current
     #: before each id is emitted; 0 without one
     mask_ms: float = 0.0
+
+    def end(self, reason: FinishReason | str) -> None:
+        """Say why the reply ended; the first reason given stands (a later close or error does not
+        overwrite the engine's own)."""
+        if self.finish_reason is None:
+            self.finish_reason = FinishReason(reason)
 
 
 @runtime_checkable
@@ -270,7 +290,7 @@ class Generation:
     for every engine: a stop id is "stop", the ``max_tokens``-th id is
     "length", an error is "error", ids that end (or are closed) before the
     engine said why are "cancelled".  An engine that ends a reply for a
-    reason of its own (a full context, a server's end) sets ``finish_reason``
+    reason of its own (a full context, a server's end) calls ``stats.end``
     before its last id is taken.
     """
 
@@ -292,11 +312,10 @@ class Generation:
         try:
             token = next(self._ids)
         except StopIteration:
-            if not stats.finish_reason:
-                stats.finish_reason = "cancelled"
+            stats.end(FinishReason.CANCELLED)
             raise
         except BackendError:
-            stats.finish_reason = "error"
+            stats.end(FinishReason.ERROR)
             raise
         return self._counted(token)
 
@@ -312,27 +331,24 @@ class Generation:
         try:
             self._ids.run(lambda token: sink(self._counted(token)))
         except BackendError:
-            self.stats.finish_reason = "error"
+            self.stats.end(FinishReason.ERROR)
             raise
-        if not self.stats.finish_reason:
-            self.stats.finish_reason = "cancelled"
+        self.stats.end(FinishReason.CANCELLED)
 
     def _counted(self, token: int) -> int:
         """Count ``token``; a stop id or the ``max_tokens``-th id says why the reply ends."""
         stats = self.stats
         self._count += 1
-        if not stats.finish_reason:
-            if token in self._stops:
-                stats.finish_reason = "stop"
-            elif self._left is not None and self._count >= self._left:
-                stats.finish_reason = "length"
+        if token in self._stops:
+            stats.end(FinishReason.STOP)
+        elif self._left is not None and self._count >= self._left:
+            stats.end(FinishReason.LENGTH)
         return token
 
     def close(self) -> None:
         """Stop the engine (a caller that stops reading early); a reply not yet finished is "cancelled"."""
         self._ids.close()
-        if not self.stats.finish_reason:
-            self.stats.finish_reason = "cancelled"
+        self.stats.end(FinishReason.CANCELLED)
 
 
 @runtime_checkable

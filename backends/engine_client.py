@@ -392,8 +392,8 @@ class HostedBackend:
                         stats.draft = DraftCounts(*answer.draft)
                     stats.mask_ms = answer.mask_ms
                     if isinstance(answer, Done):
-                        if answer.finish and not stats.finish_reason:
-                            stats.finish_reason = answer.finish  # the engine's own reason (a full context)
+                        if answer.finish:
+                            stats.end(answer.finish)  # the engine's own reason (a full context)
                         finished = True
                         return
                     for token in answer.ids:

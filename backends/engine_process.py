@@ -172,7 +172,7 @@ class EngineHost:
         finally:
             self.current_job = None
         self._note_state(job, stats)
-        send(Done(job, stats.prompt_evaluated, _draft(stats), stats.finish_reason, stats.mask_ms))
+        send(Done(job, stats.prompt_evaluated, _draft(stats), stats.finish_reason or "", stats.mask_ms))
 
 
     def _note_state(self, job: int, stats: GenerationStats) -> None:

@@ -485,7 +485,7 @@ class LlamaCppBackend:
             if sources is not None:
                 sources.step_took(clock() - started, i + 1, drafted=True)
         if not (token in stops or emitted >= max_tokens) and len(engine.tokens) >= n_ctx:
-            stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
+            stats.end("length")  # the context is full: the caller sees no reason of its own
 
     def _drafter(self, prompt: list[int]) -> "NgramDrafter | DraftSources":
         """Where drafts come from: prompt lookup, the draft model, or both (lookup first: it costs nothing)."""

@@ -181,7 +181,7 @@ class MLXBackend:
             for count in range(1, max_new + 1):
                 token = sampler.pick(np.asarray(logits[0]), context)
                 if count == max_new < sampling.max_tokens and token not in stops:
-                    stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
+                    stats.end("length")  # the context is full: the caller sees no reason of its own
                 emit(token)
                 context.append(token)
                 if token in stops or count >= max_new or cancelled():

@@ -253,7 +253,7 @@ class OpenVINOBackend:
             def on_id(tid: int) -> bool:
                 reply.append(tid)
                 if len(reply) == max_new < sampling.max_tokens and tid not in stops:
-                    stats.finish_reason = "length"  # the context is full: the caller sees no reason of its own
+                    stats.end("length")  # the context is full: the caller sees no reason of its own
                 emit(tid)
                 return tid in stops or len(reply) >= max_new
 

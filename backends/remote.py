@@ -535,8 +535,8 @@ class RemoteBackend:
         else:
             stats.prompt_evaluated = len(prompt)
         stats.draft, stats.counted, stats.tokens_per_s = counts.draft, counts.completion_tokens, counts.tokens_per_s
-        if counts.finish and not stats.finish_reason and not self._cancel.is_set():
-            stats.finish_reason = counts.finish
+        if counts.finish and not self._cancel.is_set():
+            stats.end(counts.finish)
         problems = []
         if expected is not None and expected != len(received):
             problems.append(f"the server counted {expected} generated ids, tokchat received {len(received)}")

@@ -63,7 +63,7 @@ class ScriptedBackend:
             if self._cancel.is_set():
                 return
             if n == len(reply) - 1:
-                stats.finish_reason = "stop"  # the script's end is the reply's end, as a model's end of text
+                stats.end("stop")  # the script's end is the reply's end, as a model's end of text
             if self.fail_after is not None and n >= self.fail_after:
                 raise BackendError("scripted fault: the engine stopped mid-reply")
             if self.delay_s:

@@ -19,8 +19,8 @@ Tools: with ``--tools`` the turn runs through :class:`app.tools.loop.ToolLoop`; 
 and its result are one line on stderr (text made printable), and a call runs only with
 ``--approve-tools``, a ``tools.auto_approve`` entry, or a yes typed on the terminal.
 
-History: ``recorder`` (an :class:`app.history.recorder.HistoryRecorder` or anything with
-``on_user``/``on_event``/``on_reply``/``close``) is told about the turn; None records nothing.
+History: ``recorder`` (the :class:`app.history.recorder.HistoryRecorder` the TUI saves through too) is
+told about the turn: every event, then the reply; None records nothing.
 """
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from app.chat.headless_out import ReplyOut, Stderr, share_terminal
@@ -38,6 +36,7 @@ from app.settings.options import ChatOptions
 
 if TYPE_CHECKING:  # imported once the engine is loading (open_chat): the session pulls in Jinja
     from app.conversation.session import ChatMessage, ChatSession, TurnOutcome
+    from app.history.recorder import HistoryRecorder
 
 EXIT_INTERRUPTED = 130
 #: the exit status when stdout was closed under the reply (a shell's 128 + SIGPIPE)
@@ -46,7 +45,7 @@ EXIT_BROKEN_PIPE = 141
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
-def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = None,
+def run_headless(options: ChatOptions, *, backend: Any = None, recorder: HistoryRecorder | None = None,
                  out: TextIO | None = None, err: TextIO | None = None, early: Any = None) -> int:
     """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted.  ``early``: the engine
     the command line started for these options (:class:`app.chat.early.EarlyEngine`), adopted."""
@@ -84,11 +83,10 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
     if recorder is not None and steer == "send" and session.refusal(prompt) is None:
         # model name and template are known only now that the model is loaded
         if options.resume is None:
-            recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
-            if hasattr(recorder, "set_vocabulary"):
-                from app.history.model_identity import vocabulary_fingerprint
+            from app.history.model_identity import vocabulary_fingerprint
 
-                recorder.set_vocabulary(vocabulary_fingerprint(session.tokenizer))
+            recorder.start_new(model_name=session.backend.info.model_name, template=session.template.name)
+            recorder.set_vocabulary(vocabulary_fingerprint(session.tokenizer))
         recorder.on_user(ChatMessage("user", prompt))
     status = 0
     stoppable = tools.loop if tools is not None else session
@@ -115,8 +113,6 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                 elif event.kind in ("tool_call", "tool_result"):
                     _print_tool_event(event, err)
                 elif event.kind == "summary":  # the turns that left the prompt, summarized (--compact summarize)
-                    if recorder is not None:
-                        recorder.on_summary(event.data)
                     print(f"tokchat: {_summary_line(event.data)}", file=err)
                 elif event.kind == "done" and event.stats is not None:
                     if event.stats.finish_reason == "cancelled":
@@ -126,12 +122,13 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: Any = N
                     if verdict:
                         print(f"tokchat: {verdict}", file=err)
                     if caught:  # before the stats, which stay the last line
-                        stored = getattr(recorder, "enabled", False) and getattr(recorder, "conversation_id", None)
-                        print(_stopped_line(caught[0], stored or None), file=err)
+                        stored = recorder.conversation_id if recorder is not None and recorder.enabled else None
+                        print(_stopped_line(caught[0], stored), file=err)
                     if options.stats:
+                        from app.conversation.messages import stats_dict
                         from app.history.export import finite
 
-                        print(json.dumps(finite(asdict(event.stats))), file=err, flush=True)
+                        print(json.dumps(finite(stats_dict(event.stats))), file=err, flush=True)
             reply = _this_turns_reply(session, outcomes[0] if outcomes else None)
             if recorder is not None and reply is not None:
                 recorder.on_reply(reply)
@@ -178,7 +175,7 @@ def _this_turns_reply(session: ChatSession, outcome: TurnOutcome | None) -> Chat
     return session.messages[-1]
 
 
-def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> str:
+def _steer(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder | None, err: TextIO) -> str:
     """``--resume ID`` loads a stored conversation; ``--continue`` then continues its last reply.
     Returns "continue", "send", or "refused" (one line said why on ``err``).
     Thinking and the reasoning budget remembered for the model (``[models.NAME]``, app.settings.model_memory)
@@ -217,55 +214,44 @@ def _steer(options: ChatOptions, session: ChatSession, recorder: Any, err: TextI
     return "continue"
 
 
-def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, recorder: Any, err: TextIO) -> bool:
+def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, recorder: HistoryRecorder | None,
+                     err: TextIO) -> bool:
     """False (one line said why) when ``stored`` was written with another vocabulary than this run's model
     (a server restarted with another model: issue 34, item 3), unless ``--switch-model`` asked to go on:
     then the switch is recorded as the TUI's ``/model`` records one, and the stored reply ids, which mean
-    nothing in this vocabulary, are dropped (the replies are encoded again from their text)."""
-    from app.history.model_identity import SETTINGS_KEY, stored_fingerprint, vocabulary_fingerprint
+    nothing in this vocabulary, are dropped (the replies are encoded again from their text).  The rule is
+    :func:`app.history.model_identity.vocabulary_switch`, the TUI's sidebar's too."""
+    from app.history.model_identity import record_switch, vocabulary_switch
 
-    theirs = stored_fingerprint(stored.info.settings)
-    if theirs is None:
-        return True  # stored before fingerprints (or by a writer without them): nothing to compare
-    ours = vocabulary_fingerprint(session.tokenizer)
-    if ours == theirs:
+    switch = vocabulary_switch(stored.info, session.tokenizer)
+    if switch is None:
         return True
     info = session.backend.info
     now = info.model_name or "this run's model"
-    where = f" ({info.device})" if getattr(info, "backend", "") == "remote" else ""
-    was = stored.info.model_name or Path(stored.info.model_path).name or "another model"
+    where = f" ({info.device})" if info.backend == "remote" else ""
     if not options.switch_model:
-        print(f"tokchat: --resume {options.resume} was written by {was}; {now}{where} has another vocabulary, "
-              "so its ids would mean other text: serve or pass that model, or add --switch-model to go on with "
-              "this one (the switch is recorded)", file=err)
+        print(f"tokchat: --resume {options.resume} was written by {switch.was}; {now}{where} has another "
+              "vocabulary, so its ids would mean other text: serve or pass that model, or add --switch-model to go "
+              "on with this one (the switch is recorded)", file=err)
         return False
-    for message in session.messages:
-        message.reply_ids = None
-    if recorder is not None and hasattr(recorder, "update"):
-        settings = {**(stored.info.settings or {}), SETTINGS_KEY: ours}
-        recorder.update(model=str(getattr(options, "model_path", None) or options.model or info.model_name),
-                        model_name=info.model_name, template=session.template.name, settings=settings)
-    print(f"tokchat: --resume {options.resume}: switched from {was} to {now}{where} (another vocabulary; "
+    session.forget_reply_ids()
+    if recorder is not None:
+        record_switch(recorder, stored.info, switch, model=str(options.model_path or options.model or info.model_name),
+                      model_name=info.model_name, template=session.template.name)
+    print(f"tokchat: --resume {options.resume}: switched from {switch.was} to {now}{where} (another vocabulary; "
           "recorded in the conversation)", file=err)
     return True
 
 
-def _open_tools(options: ChatOptions, session: ChatSession, recorder: Any, err: TextIO) -> Any:
+def _open_tools(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder | None, err: TextIO) -> Any:
     """The chat's tools (None without ``--tools``); intermediate messages go to the history."""
     if options.tools is None or not options.tools.selected():
         return None  # no tools: the MCP client (and asyncio with it) is never imported
     from app.tools.setup import open_tools
 
-    def on_message(message: ChatMessage) -> None:
-        if recorder is None:
-            return
-        if message.role == "assistant":
-            recorder.on_reply(message)
-        else:
-            recorder.on_user(message)
-
     return open_tools(options.tools, session, approve=_ask_on_terminal(err),
-                      notify=lambda line: print(f"tokchat: {line}", file=err), on_message=on_message)
+                      notify=lambda line: print(f"tokchat: {line}", file=err),
+                      on_message=recorder.on_message if recorder is not None else None)
 
 
 def _ask_on_terminal(err: TextIO) -> Any:

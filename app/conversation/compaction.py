@@ -82,7 +82,7 @@ def next_send(conversation: Conversation, text: str) -> NextSend:
         return NextSend("fits")  # the send says why itself
     if plan.prompt is None:
         return NextSend("too-long")
-    leaving = tuple(turns_between(c, c._window, plan.start))
+    leaving = tuple(turns_between(c, c.window_start, plan.start))
     if not leaving:
         return NextSend("fits")
     return NextSend(c.compact_policy if c.compact_policy in POLICIES else "drop", leaving)
@@ -108,7 +108,7 @@ def compact(session: Any, new: Sequence[ChatMessage]) -> Generator[ReplyEvent, N
     if c.compact_policy != "summarize":
         return Compacted()
     plan = window(c, new)
-    leaving = turns_between(c, c._window, plan.start)
+    leaving = turns_between(c, c.window_start, plan.start)
     if plan.prompt is None or not leaving:
         return Compacted()
     yield ReplyEvent("notice", f"context full: summarizing {name_turns(leaving)} before they leave the prompt")
@@ -117,10 +117,7 @@ def compact(session: Any, new: Sequence[ChatMessage]) -> Generator[ReplyEvent, N
     except BackendError as exc:
         yield ReplyEvent("notice", f"could not summarize ({exc}): {name_turns(leaving)} are dropped instead")
         return Compacted()
-    c.messages.append(summary)
-    c._window = plan.start
-    c._builder.forget()  # the engine now holds the summary's prompt, not the conversation's
-    c._tail = None
+    c.add_summary(summary, plan.start)
     yield ReplyEvent("summary", summary.content, data=summary)
     return Compacted(len(leaving), len(summary.reply_ids or ()))
 
@@ -130,13 +127,13 @@ def summarize(conversation: Any, start: int) -> ChatMessage:
     summary, folded in), written greedily by the conversation's own model.
 
     Raises :class:`backends.base.BackendError` when the engine fails."""
-    from backends.base import SamplingParams
+    from backends.base import FinishReason, SamplingParams
     from templates import prompt_ids
 
     c = conversation
     earlier = active_summary(c.messages)
     lines = [f"{'User' if m.role == 'user' else 'Assistant'}: {m.content.strip()}"
-             for m in c.messages[c._window:start] if m.role in ("user", "assistant") and not m.pinned and m.content]
+             for m in c.messages[c.window_start:start] if m.role in ("user", "assistant") and not m.pinned and m.content]
     budget = summary_budget(c.context_size)
     while True:
         head = [f"Earlier: {earlier.content}"] if earlier is not None else []
@@ -152,11 +149,11 @@ def summarize(conversation: Any, start: int) -> ChatMessage:
     sampling = replace(SamplingParams(), temperature=0.0, max_tokens=budget)
     generation = c.backend.generate(ids, sampling, c.stop_ids)
     out: list[int] = []
-    finish = "length"
+    finish = FinishReason.LENGTH
     try:
         for token in generation:
             if token in c.stop_ids:
-                finish = "stop"
+                finish = FinishReason.STOP
                 break
             out.append(token)
     finally:
@@ -179,8 +176,7 @@ def undo_summary(conversation: Any) -> ChatMessage | None:
     if summary is None:
         return None
     summary.finish_reason = UNDONE
-    conversation._builder.forget()
-    conversation._tail = None
+    conversation.prompt_changed()
     return summary
 
 
@@ -190,6 +186,5 @@ def edit_summary(conversation: Any, text: str) -> ChatMessage | None:
     if summary is None:
         return None
     summary.content = text
-    conversation._builder.forget()
-    conversation._tail = None
+    conversation.prompt_changed()
     return summary

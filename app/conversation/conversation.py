@@ -7,6 +7,11 @@ forking, switching branches, a new system prompt, a stored chat loaded.  Each of
 the prompt builder with the reply the path now ends with, so the next prompt extends what the
 engine holds and only the new part is evaluated.
 
+It is the only writer of its state: a turn commits its reply through :meth:`Conversation.commit_reply`,
+fitting moves the window through :meth:`Conversation.move_window`, the tool loop rewrites a committed
+reply through :meth:`Conversation.replace_reply` (tests/app/conversation/test_conversation_owner.py
+fails when another module writes one of its private fields).
+
 It also measures the conversation for the UI (:meth:`Conversation.tokens_before`, the context
 meter; :meth:`Conversation.rebuilt_record`, the token inspector of a resumed chat).
 
@@ -20,7 +25,7 @@ from typing import Any, Sequence
 
 from app.conversation.branches import BranchTree
 from app.conversation.context_breakdown import PromptRecord
-from app.conversation.messages import REPLY_ROLES, ChatMessage, template_message
+from app.conversation.messages import REPLY_ROLES, ChatMessage, TurnStats, template_message
 from backends.base import Backend, SamplingParams
 from templates import ChatTemplate, TemplateError
 from templates.builder import BuiltPrompt, PromptBuilder
@@ -172,7 +177,7 @@ class Conversation:
         return ([m for m in self.messages[:start] if m.pinned and m.role != "summary"]
                 + [m for m in self.messages[start:end] if m.role != "summary"])
 
-    def _template_messages(self, start: int, new: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    def template_messages(self, start: int, new: Sequence[ChatMessage]) -> list[dict[str, Any]]:
         """The template's messages: the system message, the path from ``start`` (and the pinned ones before
         it), then ``new``."""
         path = self._in_prompt(start, len(self.messages))
@@ -181,8 +186,39 @@ class Conversation:
     def set_system(self, text: str) -> None:
         """Change the system prompt; the next turn re-encodes the prompt in full."""
         self.system_prompt = text
-        self._builder.forget()  # what the backend holds no longer starts the next prompt
+        self.prompt_changed()
+
+    def prompt_changed(self) -> None:
+        """What the backend holds no longer starts the next prompt (a new system prompt, a summary edited or
+        taken back): the next turn encodes its prompt afresh."""
+        self._builder.forget()
         self._tail = None
+
+    # -- the window: where the prompt starts ------------------------------------------------------
+
+    @property
+    def window_start(self) -> int:
+        """The first message still in the prompt (the pinned ones before it stay; :mod:`app.conversation.fit`)."""
+        return self._window
+
+    def build_prompt(self, start: int, new: Sequence[ChatMessage]) -> BuiltPrompt:
+        """The prompt for ``new`` after the path from ``start``, extending what the backend holds where it can."""
+        return self._builder.build(self.template_messages(start, new), self.enable_thinking, self.tools)
+
+    def move_window(self, start: int) -> None:
+        """The prompt starts at ``messages[start]`` from now on (turns before it left it: a drop)."""
+        self._window = start
+
+    def add_summary(self, summary: ChatMessage, start: int) -> None:
+        """``summary`` joins the path and stands for the turns before ``start``, which leave the prompt; the
+        engine then holds the summary's prompt, not the conversation's (app.conversation.compaction)."""
+        self.messages.append(summary)
+        self._window = start
+        self.prompt_changed()
+
+    def put_back(self, messages: list[ChatMessage], window: int) -> None:
+        """The path and window as they were before a turn that was refused (nothing was sent)."""
+        self.messages, self._window = messages, window
 
     # -- changing the path outside a turn ---------------------------------------------------------
 
@@ -271,6 +307,76 @@ class Conversation:
         self._window = summary_start(self.messages)  # a stored summary: its turns stay out of the prompt
         self._builder.forget()
         self._tail = None
+
+    # -- a turn's reply ----------------------------------------------------------------------------
+
+    def commit_reply(self, message: ChatMessage, head: BuiltPrompt, reply_ids: Sequence[int]) -> None:
+        """A turn's reply joins the conversation (app.conversation.turn commits here, once per reply):
+        appended unless it is already the path's (a continuation grown in place), with the record of the
+        prompt it answered; the builder remembers its ids as generated, so the next prompt extends them."""
+        if not any(m is message for m in self.messages):
+            self.messages.append(message)
+        message.record = self.last_record = self._record(head, message, reply_ids)
+        self._forget_old_records()
+        self._builder.remember(head, reply_ids)
+        self._tail = (message, head)
+
+    def grow_reply(self, message: ChatMessage, content: str, reasoning: str, stats: TurnStats, finish_reason: str,
+                   reply_ids: tuple[int, ...]) -> None:
+        """A continued reply (/continue) grows in place by ``content`` and ``reasoning``; ``stats`` hold both
+        parts.  :meth:`commit_reply` then records it."""
+        message.content += content
+        message.reasoning += reasoning
+        message.stats, message.finish_reason, message.reply_ids = stats, finish_reason, reply_ids
+
+    def replace_reply(self, message: ChatMessage, content: str, tool_calls: list[dict] | None) -> None:
+        """Rewrite a committed reply the HF way after its tool calls were parsed (app.tools.loop): its text
+        without the call markup, and the calls as ``tool_calls`` for the template to render again.  Its ids as
+        generated stay what the backend holds."""
+        message.content = content
+        message.tool_calls = tool_calls
+
+    def add_tool_results(self, results: Sequence[ChatMessage]) -> None:
+        """Tool results join the path without a step that answers them (the user stopped the turn: the
+        model sees them next turn)."""
+        self.messages.extend(results)
+
+    def set_reply_stats(self, message: ChatMessage, stats: TurnStats) -> None:
+        """A reply's stats replaced by the whole turn's (a tool turn's steps summed, app.tools.loop)."""
+        message.stats = stats
+
+    def dropped_turns(self) -> int:
+        """User turns now out of the prompt (a turn's ``dropped_turns``)."""
+        return sum(1 for m in self.messages[: self._window] if m.role == "user")
+
+    def cache_cut(self, prompt: BuiltPrompt, replaced: ChatMessage | None = None) -> int:
+        """Ids of what the backend holds that ``prompt`` does not start with (its cache loses them).
+
+        ``replaced``: a reply this turn replaces on purpose (it stays a sibling); when the cache ends
+        with it, its ids are not counted: only earlier turns rewritten (a template that drops old
+        reasoning) are a cut worth showing."""
+        from backends.base import common_prefix_length
+
+        held = self._builder.held_ids
+        tail = self._tail
+        if replaced is not None and tail is not None and tail[0] is replaced:
+            held = held[:len(tail[1].ids)]
+        return len(held) - common_prefix_length(held, prompt.ids) if held else 0
+
+    # -- what the history knows of the path ------------------------------------------------------
+
+    def mark_stored(self, message: ChatMessage, row_id: int | None) -> None:
+        """``message`` is row ``row_id`` of the history (None: not stored, or about to be saved anew): what a
+        branch switch, a rewind, a fork and a /continue of it are stored by.  The recorder returns row ids
+        (app.history.recorder); the front end that drives both says which message each one is."""
+        message.store_id = row_id
+
+    def forget_reply_ids(self) -> None:
+        """The stored replies' ids are of another vocabulary (a conversation written by another model,
+        app.history.model_identity): they would mean other text here, so every reply, on the path and
+        off it, is encoded again from its text."""
+        for message in [*self.messages, *self.branches.all_messages()]:
+            message.reply_ids = None
 
     # -- what a turn needs of the path ------------------------------------------------------------
 

@@ -41,9 +41,9 @@ def window(conversation: Conversation, new: Sequence[ChatMessage]) -> Window:
     Raises :class:`templates.TemplateError` when the template cannot render the messages."""
     c = conversation
     need = min(c.sampling.max_tokens, c.context_size)
-    start = min(c._window, len(c.messages))
+    start = min(c.window_start, len(c.messages))
     while True:
-        prompt = c._builder.build(c._template_messages(start, new), c.enable_thinking, c.tools)
+        prompt = c.build_prompt(start, new)
         excess = len(prompt.ids) + need - c.context_size
         if excess <= 0:
             return Window(start, prompt)
@@ -90,11 +90,11 @@ def fit(conversation: Conversation, new: Sequence[ChatMessage]) -> tuple[BuiltPr
     plan = window(c, new)
     if plan.prompt is None:
         return None, plan.why
-    leaving = turns_between(c, c._window, plan.start)
+    leaving = turns_between(c, c.window_start, plan.start)
     if leaving and c.compact_policy == "refuse":
         return None, refuse_text(c, plan.start, leaving)
-    dropped_before = c._window
-    c._window = plan.start
+    dropped_before = c.window_start
+    c.move_window(plan.start)
     prompt = plan.prompt
     if plan.start > dropped_before and leaving:
         # every turn now out of the prompt, as the turn's stats count them (dropped_turns)
@@ -106,7 +106,7 @@ def fit(conversation: Conversation, new: Sequence[ChatMessage]) -> tuple[BuiltPr
 
 def refuse_text(c: Conversation, start: int, leaving: Sequence[int]) -> str:
     """Why the policy ``refuse`` sends nothing: how much must go, and how to make room."""
-    freed = sum(c.token_count(m.content) + 4 for m in c.messages[c._window:start] if not m.pinned)
+    freed = sum(c.token_count(m.content) + 4 for m in c.messages[c.window_start:start] if not m.pinned)
     return (f"context full (policy refuse): about {freed} tokens, {name_turns(leaving)}, would have to leave the "
             f"prompt for this message and its reply; /compact drop or /compact summarize, /new, a shorter "
             f"message, or a larger --ctx")
@@ -126,7 +126,7 @@ def refusal(conversation: Conversation, text: str) -> str | None:
     if c.draft_tokens(text) + need <= c.context_size // 2:
         return None  # far from the limit: no need to render
     try:
-        rendered = c.template.render(c._template_messages(len(c.messages), [ChatMessage("user", text)]),
+        rendered = c.template.render(c.template_messages(len(c.messages), [ChatMessage("user", text)]),
                                      add_generation_prompt=True, enable_thinking=c.enable_thinking, tools=c.tools)
     except TemplateError as exc:
         return str(exc)
@@ -147,7 +147,7 @@ def _refused_by_policy(c: Conversation, text: str) -> str | None:
         plan = window(c, [ChatMessage("user", text)])
     except TemplateError as exc:
         return str(exc)
-    leaving = turns_between(c, c._window, plan.start)
+    leaving = turns_between(c, c.window_start, plan.start)
     return refuse_text(c, plan.start, leaving) if plan.prompt is not None and leaving else None
 
 

@@ -9,10 +9,11 @@ the message list and its branches (:mod:`app.conversation.conversation`).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from app.conversation.context_breakdown import PromptRecord
+from backends.base import FinishReason, GenerationStats
 
 #: roles that belong to a reply (what regenerate and edit take away)
 REPLY_ROLES = ("assistant", "tool")
@@ -20,7 +21,9 @@ REPLY_ROLES = ("assistant", "tool")
 
 @dataclass
 class TurnStats:
-    """Exact accounting for one turn."""
+    """Exact accounting for one turn: the turn's own counts, and the engine's facts about its latest
+    generation held as they came (:attr:`generation`, read through :attr:`state`, :attr:`mask_ms`,
+    :attr:`note`), never copied field by field.  Stored and printed flat (:func:`stats_dict`)."""
 
     new_prompt_tokens: int = 0  # prompt ids the backend had to evaluate (the rest came from its cache)
     prompt_tokens: int = 0
@@ -33,7 +36,8 @@ class TurnStats:
     prompt_tokens_per_s: float = 0.0
     context_used: int = 0  # prompt + completion: what the backend's context holds now
     context_limit: int = 0
-    finish_reason: str = "stop"  # stop | length | cancelled | error
+    #: the engine's, set once by it (GenerationStats.end); "interrupted" for a part of a reply cut by a kill
+    finish_reason: FinishReason = FinishReason.STOP
     dropped_turns: int = 0  # earlier turns currently left out of the prompt to fit the context
     backend: str = ""
     device: str = ""
@@ -64,13 +68,9 @@ class TurnStats:
     #: the kept ones are counted in completion_tokens like every other id (0 and 0: no speculation)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
-    #: what the engine's state cache did for the prompt (backends.state_keeper): "loaded N ids from disk in T s",
-    #: "none (why)"; "" = nothing to say (states off, a server, or the engine's own cache served it)
-    state: str = ""
     #: the constraint the reply was held to (backends.constraint.describe: "json schema", "regex /.../"; "" =
-    #: none) and the milliseconds its masks took in the engine (0 where the engine masks nothing: a server)
+    #: none); the milliseconds its masks took are the engine's (:attr:`mask_ms`)
     constraint: str = ""
-    mask_ms: float = 0.0
     #: turns that left the prompt into a summary before this reply (a summary message: the turns it stands
     #: for), and the summary's ids (app.conversation.compaction; 0 and 0: nothing was compacted)
     compacted_turns: int = 0
@@ -79,6 +79,55 @@ class TurnStats:
     #: are their sums (prompt_tokens, new_prompt_tokens and ttft_s are the first part's: see merge_stats;
     #: the rest the last part's)
     parts: list | None = None
+    #: the engine's facts about the turn's latest generation, as the engine filled them (a stored reply: the
+    #: ones the user is shown, :data:`ENGINE_FACTS`)
+    generation: GenerationStats = field(default_factory=GenerationStats, compare=False, repr=False)
+
+    @property
+    def state(self) -> str:
+        """What the engine's state cache did for the prompt (backends.state_keeper): "loaded N ids from disk
+        in T s", "none (why)"; "" = nothing to say (states off, a server, or the engine's own cache served it)."""
+        return self.generation.state
+
+    @property
+    def mask_ms(self) -> float:
+        """Milliseconds the reply's constraint took to mask the logits in the engine (0 where it masks nothing)."""
+        return self.generation.mask_ms
+
+    @property
+    def note(self) -> str:
+        """The engine's note on this reply's counts: why they are unverified, or how they were kept verified
+        (a server's ids the stream held back, fetched again); "" = nothing to say."""
+        return self.generation.note
+
+
+#: the engine's facts a turn's stats show, stored and printed at the top level beside the turn's own counts
+ENGINE_FACTS = ("state", "mask_ms", "note")
+
+
+def stats_dict(stats: TurnStats) -> dict[str, Any]:
+    """``stats`` as the history stores it and ``--stats`` prints it: the turn's fields and the engine's
+    facts (:data:`ENGINE_FACTS`) side by side, one flat JSON object."""
+    out = asdict(stats)
+    del out["generation"]
+    engine = stats.generation
+    out.update(state=engine.state, mask_ms=engine.mask_ms, note=engine.note)  # ENGINE_FACTS
+    return out
+
+
+def stats_from_dict(data: dict[str, Any]) -> TurnStats | None:
+    """A :class:`TurnStats` from :func:`stats_dict`'s form (the history's ``stats_json``); keys of another
+    version are left out; None when the dict lacks what a TurnStats needs."""
+    names = {f.name for f in fields(TurnStats)} - {"generation"}
+    known = {k: v for k, v in data.items() if k in names}
+    reason = known.get("finish_reason")
+    if isinstance(reason, str) and reason in FinishReason._value2member_map_:
+        known["finish_reason"] = FinishReason(reason)
+    facts = {k: data[k] for k in ENGINE_FACTS if k in data}
+    try:
+        return TurnStats(**known, generation=GenerationStats(**facts))
+    except TypeError:  # a stats dict from another version lacks required fields
+        return None
 
 
 @dataclass
@@ -196,7 +245,7 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
 
 def part_of(stats: TurnStats) -> dict:
     """One part of a continued reply, as :attr:`TurnStats.parts` keeps it."""
-    part = asdict(stats)
+    part = stats_dict(stats)
     part.pop("parts", None)
     return part
 
@@ -204,8 +253,6 @@ def part_of(stats: TurnStats) -> dict:
 def template_message(message: ChatMessage) -> dict[str, Any]:
     """A message as the template sees it: role and content, plus the tool keys it has."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
-    for key in ("tool_calls", "tool_call_id", "name"):
-        value = getattr(message, key, None)
-        if value:
-            out[key] = value
+    tool = {"tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id, "name": message.name}
+    out.update({key: value for key, value in tool.items() if value})
     return out

@@ -219,7 +219,7 @@ class ChatSession(Conversation):
         messages are put back as they were (``before``)."""
         started = time.monotonic()
         self._cancel.clear()
-        window_before = self._window
+        window_before = self.window_start
         try:
             # the policy summarize: the turns about to leave are summarized first (app.conversation.compaction)
             compacted = yield from compact(self, new)
@@ -227,7 +227,7 @@ class ChatSession(Conversation):
         except TemplateError as exc:
             prompt, notice = None, str(exc)
         if prompt is None:
-            self.messages, self._window = before, window_before
+            self.put_back(before, window_before)
             return (yield from self._refuse(notice or ""))
         if notice:
             yield ReplyEvent("notice", notice)

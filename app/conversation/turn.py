@@ -27,7 +27,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 from app.conversation.conversation import Conversation
 from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
-from backends.base import BackendError, GenerationStats, SamplingParams, common_prefix_length
+from backends.base import BackendError, FinishReason, GenerationStats, SamplingParams
 from backends.constraint import describe
 from templates.builder import BuiltPrompt
 from tokenizer.think import ThinkFilter
@@ -64,7 +64,8 @@ class Turn:
         self.forced_close_tokens = 0  # ids appended to close the think block (the budget was spent)
         self.first_at: float | None = None
         self.last_at: float | None = None
-        self.finish = ""  # "" until decided; still "" at the end means cancelled
+        #: the engine's reason once the reply ended (None until then; still None at the end means cancelled)
+        self.finish: FinishReason | None = None
         self.ended = False  # the stream ran to its end (stop id, length, or the backend finished)
         #: why the engine ended the reply short of its own accord (a server's abort or limit): the turn's error
         self.cut: str | None = None
@@ -120,14 +121,14 @@ class Turn:
         try:
             yield from stream
         except BackendError as exc:
-            self.finish, error = "error", str(exc)
+            self.finish, error = FinishReason.ERROR, str(exc)
         except Exception:
-            self.finish = "error"  # a bug: the partial reply is kept, the traceback goes on up
+            self.finish = FinishReason.ERROR  # a bug: the partial reply is kept, the traceback goes on up
             raise
         finally:
             stream.close()
-            if not self.ended and self.finish != "error":
-                self.finish = "cancelled"  # the caller stopped reading, or cancel() was called
+            if not self.ended and self.finish != FinishReason.ERROR:
+                self.finish = FinishReason.CANCELLED  # the caller stopped reading, or cancel() was called
             self._flush()  # text still held back is kept even when it cannot be yielded now
             stats = self._commit()
             error = error if error is not None else self.cut
@@ -169,8 +170,8 @@ class Turn:
                     self.first_at = self.first_at or now
                     self.last_at = now
                     self.reply_ids.append(token)
-                    if token in self.stop_ids:
-                        self.finish = "stop"
+                    if token in self.stop_ids:  # the engine said "stop" as it handed this id out (Generation)
+                        self.finish = ids.stats.finish_reason or FinishReason.STOP
                         break
                     before = self.think.in_reasoning
                     events = self.think.feed(self.decoder.feed(token))
@@ -202,22 +203,26 @@ class Turn:
         self.ended = True
         yield from self._emit(self._flush(), keep=False)
 
-    def _engine_finish(self, stats: GenerationStats, max_tokens: int, noticed: str = "") -> str:
-        """Why the reply ended when the engine's ids ran out: the engine's own reason, set once by the engine
-        (a server's cap is "length"), not worked out again here.  A reply the engine cut (an "error" of its
-        own, or a "length" before the ``max_tokens`` asked for) gets :attr:`cut`, one line (the engine's
-        notice where it gave one not ``noticed`` already), so it is reported as a failure, stored with that
-        reason and can be continued.  Ids that ran out with no reason given end the reply as before."""
+    def _engine_finish(self, stats: GenerationStats, max_tokens: int, noticed: str = "") -> FinishReason:
+        """Why the reply ended, the turn not having stopped it: the engine's own reason, set once by the engine
+        (:meth:`GenerationStats.end`; a server's cap is "length", its abort "error"), not worked out here.  A
+        reply the engine cut (an "error" of its own, or a "length" before the ``max_tokens`` asked for) gets
+        :attr:`cut`, one line (the engine's notice where it gave one not ``noticed`` already), so it is
+        reported as a failure, stored with that reason and can be continued.
+
+        The one reason read differently: "cancelled" (or none) from ids that simply ran out while the turn
+        stopped nothing is an engine that ended the reply without a word on why (every real engine says;
+        a test's plain list of ids does not): the reply ended, at ``max_tokens`` or before it."""
         reason = stats.finish_reason
-        if reason not in ("stop", "length", "error"):  # the ids ran out with no reason given: the end of the reply
-            return "length" if len(self.reply_ids) >= max_tokens else "stop"
-        if reason == "error" or (reason == "length" and len(self.reply_ids) < max_tokens):
+        if reason in (None, FinishReason.CANCELLED):
+            return FinishReason.LENGTH if len(self.reply_ids) >= max_tokens else FinishReason.STOP
+        if reason == FinishReason.ERROR or (reason == FinishReason.LENGTH and len(self.reply_ids) < max_tokens):
             n = len(self.reply_ids)
             said = stats.notice if stats.notice != noticed else ""  # a notice given already is not the reason
             self.cut = said or (
                 f"the engine ended the reply after {n} id{'s' if n != 1 else ''}, before the {max_tokens} asked for "
-                f"({'a failure of its own' if reason == 'error' else 'a limit of its own'}); the reply so far is "
-                "kept as cut and can be continued")
+                f"({'a failure of its own' if reason == FinishReason.ERROR else 'a limit of its own'}); the reply so "
+                "far is kept as cut and can be continued")
         return reason
 
     def _generated_ids(self) -> int:
@@ -256,7 +261,8 @@ class Turn:
         self.flushed = True
         # a cut reply (length, cancelled, error) may be continued: a character still arriving stays in its
         # ids, not U+FFFD in its text, so the continuation completes it as the one-go reply does
-        tail = self.decoder.finalize(continuable=self.finish in ("length", "cancelled", "error"))
+        tail = self.decoder.finalize(continuable=self.finish in (FinishReason.LENGTH, FinishReason.CANCELLED,
+                                                                 FinishReason.ERROR))
         events = (self.think.feed(tail) if tail else []) + self.think.finalize()
         self._keep(events)
         return events
@@ -271,21 +277,16 @@ class Turn:
         stats.cache_cut_tokens = self.cache_cut
         all_ids = tuple(self.prior_ids) + tuple(self.reply_ids)
         prior = self.prior
+        assert self.head is not None and self.finish is not None
         if prior is None:
             stats.opening_tokens = len(self.prior_ids)
             message = ChatMessage("assistant", "".join(self.content), "".join(self.reasoning), stats,
                                   self.finish, opening=self.opening, reply_ids=all_ids)
-            c.messages.append(message)
         else:
             message = prior
             stats = merge_stats(prior.stats if prior.stats is not None else self._unrecorded_part(stats), stats)
-            message.content += "".join(self.content)
-            message.reasoning += "".join(self.reasoning)
-            message.stats, message.finish_reason, message.reply_ids = stats, self.finish, all_ids
-        message.record = c.last_record = c._record(self.head, message, all_ids)
-        c._forget_old_records()
-        c._builder.remember(self.head, all_ids)
-        c._tail = (message, self.head)
+            c.grow_reply(message, "".join(self.content), "".join(self.reasoning), stats, self.finish, all_ids)
+        c.commit_reply(message, self.head, all_ids)
         return stats
 
     def _unrecorded_part(self, stats: TurnStats) -> TurnStats:
@@ -304,7 +305,8 @@ class Turn:
             new_prompt_tokens=stats.new_prompt_tokens - again, prompt_tokens=len(self.head.ids) + opening,
             completion_tokens=generated, reasoning_tokens=self.prior_reasoning, opening_tokens=opening,
             context_used=len(self.head.ids) + n_ids, context_limit=stats.context_limit,
-            finish_reason=prior.finish_reason or "interrupted", backend=stats.backend, device=stats.device,
+            finish_reason=FinishReason(prior.finish_reason or FinishReason.INTERRUPTED), backend=stats.backend,
+            device=stats.device,
             model=stats.model, template=stats.template, sampling=stats.sampling)
         stats.new_prompt_tokens = again
         return first
@@ -325,22 +327,21 @@ class Turn:
             evaluated = self._evaluated_unanswered(prompt)
         ttft = (self.first_at - self.started) if self.first_at else 0.0
         drafted, accepted = self._draft_counts() if n_reply else (0, 0)
-        finish = self.finish if prompt is not None else "error"
+        finish = self.finish if prompt is not None and self.finish is not None else FinishReason.ERROR
         return TurnStats(
             new_prompt_tokens=evaluated, prompt_tokens=n_prompt, completion_tokens=n_reply,
             reasoning_tokens=self.reasoning_tokens, forced_close_tokens=self.forced_close_tokens,
             ttft_s=ttft, tokens_per_s=speed, prompt_tokens_per_s=evaluated / ttft if ttft > 0 else 0.0,
             context_used=n_prompt + n_reply, context_limit=c.context_size, finish_reason=finish,
-            dropped_turns=sum(1 for m in c.messages[: c._window] if m.role == "user"),
+            dropped_turns=c.dropped_turns(),
             backend=info.backend, device=info.device,
             gpu_layers=(f"{info.offloaded_layers}/{info.total_layers}"
-                        if getattr(info, "offloaded_layers", 0) and getattr(info, "total_layers", 0) else ""),
-            vram_mib=getattr(info, "vram_mib", 0),
+                        if info.offloaded_layers and info.total_layers else ""),
+            vram_mib=info.vram_mib,
             verified=self.verified, model=info.model_name, template=c.template.name,
-            state=self.stats.state if self.stats is not None else "",
             sampling=asdict(replace(c.sampling, constraint=None)), reasoning_cut=self.reasoning_cut,
             drafted_tokens=drafted, accepted_tokens=accepted, constraint=describe(c.sampling.constraint),
-            mask_ms=self.stats.mask_ms if self.stats is not None else 0.0,
+            generation=self.stats if self.stats is not None else GenerationStats(),
         )
 
     def _evaluated_unanswered(self, prompt: BuiltPrompt | None) -> int:
@@ -386,12 +387,8 @@ def cache_cut(conversation: Conversation, prompt: BuiltPrompt, replaced: ChatMes
 
     ``replaced``: a reply this turn replaces on purpose (it stays a sibling); when the cache ends
     with it, its ids are not counted: only earlier turns rewritten (a template that drops old
-    reasoning) are a cut worth showing."""
-    held = conversation._builder.held_ids
-    tail = conversation._tail
-    if replaced is not None and tail is not None and tail[0] is replaced:
-        held = held[:len(tail[1].ids)]
-    return len(held) - common_prefix_length(held, prompt.ids) if held else 0
+    reasoning) are a cut worth showing (:meth:`Conversation.cache_cut`)."""
+    return conversation.cache_cut(prompt, replaced)
 
 
 def think_close_ids(tokenizer: Any, close_tag: str = "</think>") -> list[int]:

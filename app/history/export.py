@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal, overload
 
 from app.history.markdown_text import contained, fenced, one_line
 from app.history.types import Conversation, ConversationInfo, StoredMessage, StoreError
@@ -109,6 +109,14 @@ def _need(data: dict, key: str, kinds: tuple[type, ...], where: str) -> Any:
     return value
 
 
+@overload
+def _time(data: dict, key: str, where: str, *, optional: Literal[False] = False) -> float: ...
+
+
+@overload
+def _time(data: dict, key: str, where: str, *, optional: bool) -> float | None: ...
+
+
 def _time(data: dict, key: str, where: str, *, optional: bool = False) -> float | None:
     """A timestamp (epoch seconds) that every export format can print: finite, 1970 to 3000."""
     value = _need(data, key, (int, float, type(None)) if optional else (int, float), where)
@@ -174,7 +182,7 @@ def _messages(items: list, source: str) -> list[StoredMessage]:
         where = f"{source}[{i}]"
         if not isinstance(m, dict):
             raise ImportFormatError(f"{where} must be an object")
-        ids = {"id": m.get("id") or 0, "parent_id": m.get("parent")}
+        ids: dict[str, Any] = {"id": m.get("id") or 0, "parent_id": m.get("parent")}  # checked just below
         if not isinstance(ids["id"], int) or not isinstance(ids["parent_id"], (int, type(None))) or \
                 isinstance(ids["id"], bool) or isinstance(ids["parent_id"], bool) or \
                 not all(0 <= n <= _MAX_INT for n in (ids["id"], ids["parent_id"] or 0)):
@@ -199,7 +207,7 @@ def _messages(items: list, source: str) -> list[StoredMessage]:
 #: a TurnStats field's annotation -> the JSON values it takes (a stats dict from an export is read back into one)
 _STAT_KINDS: dict[str, tuple[type, ...]] = {
     "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
-    "dict | None": (dict, type(None)), "list | None": (list, type(None))}
+    "dict | None": (dict, type(None)), "list | None": (list, type(None)), "FinishReason": (str,)}
 
 
 def _stats(stats: dict | None, where: str) -> dict | None:

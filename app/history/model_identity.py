@@ -20,7 +20,13 @@ does not store it) carry none and are resumed as before.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.history.recorder import HistoryRecorder
+    from app.history.types import ConversationInfo
 
 #: the key in a conversation's settings
 SETTINGS_KEY = "vocab"
@@ -47,3 +53,40 @@ def stored_fingerprint(settings: Any) -> str | None:
     """The fingerprint a conversation's settings hold, or None (an older conversation)."""
     value = settings.get(SETTINGS_KEY) if isinstance(settings, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class VocabularySwitch:
+    """A stored conversation whose ids belong to another vocabulary than the loaded model's: ``was``, the
+    model that wrote it (its name, its file's, or "another model"), and ``fingerprint``, this model's."""
+
+    was: str
+    fingerprint: str
+
+
+def vocabulary_switch(info: ConversationInfo, tokenizer: Any) -> VocabularySwitch | None:
+    """The rule both front ends follow before going on with a stored conversation (headless ``--resume``,
+    the TUI's sidebar): a switch when it was written in another vocabulary than ``tokenizer``'s; None when
+    its ids are this model's, or it was stored before fingerprints (nothing to compare).
+
+    Going on anyway (the TUI always, headless with ``--switch-model``) is :func:`record_switch` and
+    :meth:`app.conversation.conversation.Conversation.forget_reply_ids`."""
+    theirs = stored_fingerprint(info.settings)
+    if theirs is None:
+        return None
+    ours = vocabulary_fingerprint(tokenizer)
+    if ours == theirs:
+        return None
+    return VocabularySwitch(info.model_name or Path(info.model_path).name or "another model", ours)
+
+
+def record_switch(recorder: HistoryRecorder, info: ConversationInfo, switch: VocabularySwitch, *, model: str,
+                  model_name: str, template: str, sampling: Any = None) -> None:
+    """The stored conversation goes on with this model: its model, template (and ``sampling`` when given)
+    and its settings with this vocabulary's fingerprint, so a later resume compares against the model that
+    wrote last (what ``/model`` records too)."""
+    meta: dict[str, Any] = {"model": model, "model_name": model_name, "template": template,
+                            "settings": {**(info.settings or {}), SETTINGS_KEY: switch.fingerprint}}
+    if sampling is not None:
+        meta["sampling"] = sampling
+    recorder.update(**meta)

@@ -1,14 +1,20 @@
 """Record one chat into the history, and never let the history stop the chat.
 
-:class:`HistoryRecorder` is what headless runs and the TUI talk to.  The
-calls follow a turn:
+:class:`HistoryRecorder` is the one recorder headless runs and the TUI both save through, in
+typed values (:class:`~app.conversation.messages.ChatMessage`,
+:class:`~app.conversation.messages.ReplyEvent`).  The calls follow a turn:
 
     recorder.on_user(ChatMessage("user", text))      # committed before generation starts
     for event in session.send(text):
-        recorder.on_event(event)                     # partial reply saved about once a second
+        recorder.on_event(event)                     # partial reply saved about once a second; a summary
+                                                     # and the tool loop's messages stored in order
     recorder.on_reply(session.messages[-1])          # final text, stats and finish reason
     ...
     recorder.close()                                 # a reply still open is kept as "interrupted"
+
+A message's row id is returned (``on_user``, ``on_reply``, ``on_message``): the caller's conversation
+keeps it (:meth:`app.conversation.conversation.Conversation.mark_stored`); the recorder never writes
+onto the messages it is given.
 
 The first :class:`app.history.store.StoreError` (read-only directory, full disk, a
 database from a newer tokchat) switches the recorder off for the rest of the
@@ -25,9 +31,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.history.store import ChatStore, StoreError
+
+if TYPE_CHECKING:  # the conversation's values; imported where a turn runs, not at startup
+    from app.conversation.messages import ChatMessage, ReplyEvent
+    from app.settings.options import ChatOptions
 
 
 class HistoryRecorder:
@@ -57,7 +67,7 @@ class HistoryRecorder:
         self._notice_taken = False
         self._reply_id: int | None = None
         #: a stored reply being continued (:meth:`on_continue`): its row is written again from its first event
-        self._continuing: Any = None
+        self._continuing: ChatMessage | None = None
         self._partial = {"content": "", "reasoning": ""}
         self._opening = ""  # the user's start of the reply open now (kept when it is closed as cut)
         self._interval = progress_interval_s
@@ -65,7 +75,7 @@ class HistoryRecorder:
         self._last_progress = 0.0
 
     @classmethod
-    def from_options(cls, options: Any, *, model_path: str | Path = "", model_name: str = "",
+    def from_options(cls, options: ChatOptions, *, model_path: str | Path = "", model_name: str = "",
                      template: str = "", **kwargs: Any) -> HistoryRecorder:
         """A recorder for a chat run with :class:`app.settings.options.ChatOptions`.
 
@@ -76,8 +86,8 @@ class HistoryRecorder:
         from dataclasses import asdict
 
         settings = {"backend": options.backend, "ctx": options.ctx, "think": options.think,
-                    "template_option": options.template, "preset": getattr(options, "preset", None)}
-        model_path = model_path or getattr(options, "model_path", None) or options.model or ""
+                    "template_option": options.template, "preset": options.preset}
+        model_path = model_path or options.model_path or options.model or ""
         kwargs.setdefault("system", options.system)
         kwargs.setdefault("sampling", asdict(options.sampling))
         return cls(enabled=options.history, model_path=model_path, model_name=model_name,
@@ -194,14 +204,14 @@ class HistoryRecorder:
             self._guard(lambda s: s.truncate(conv_id, keep))
             self.tip_id = self._guard(lambda s: s.tip_id(conv_id))
 
-    def _conversation(self, store: ChatStore, first: Any = None) -> int:
+    def _conversation(self, store: ChatStore, first: ChatMessage | None = None) -> int:
         """The conversation's id, created now if needed (titled from ``first``, the user's message)."""
         if self.conversation_id is None:
             from app.conversation.attachments import title_words
             from app.history.types import make_title
 
             meta = self._meta
-            content = getattr(first, "content", "") if getattr(first, "role", "") == "user" else ""
+            content = first.content if first is not None and first.role == "user" else ""
             self.conversation_id = store.new_conversation(
                 meta["model"], meta["template"], meta["system"], meta["sampling"],
                 model_name=meta["model_name"], settings=meta["settings"],
@@ -209,31 +219,35 @@ class HistoryRecorder:
             self.tip_id = None
         return self.conversation_id
 
-    def _add(self, message: Any) -> int | None:
-        """Commit ``message`` after this chat's tip; it becomes the tip."""
+    def _add(self, message: ChatMessage) -> int | None:
+        """Commit ``message`` after this chat's tip; it becomes the tip.  Its row id, or None (not stored)."""
         msg_id = self._guard(lambda s: s.add_message(self._conversation(s, message), message,
                                                      parent_id=self.tip_id))
         if msg_id is not None:
             self.tip_id = msg_id
-            if hasattr(message, "store_id"):
-                message.store_id = msg_id
         return msg_id
 
     # -- a turn -----------------------------------------------------------------------------
 
-    def on_user(self, message: Any) -> None:
-        """Commit the user's message (call before generation starts); its row id is ``last_user_id``."""
+    def on_user(self, message: ChatMessage) -> int | None:
+        """Commit the user's message (call before generation starts); its row id (also ``last_user_id``)."""
         self.close_reply()
         self.last_user_id = self._add(message)
+        return self.last_user_id
 
-    def on_summary(self, message: Any) -> None:
+    def on_message(self, message: ChatMessage) -> int | None:
+        """A message the tool loop added between steps (a reply that called a tool, a tool's result), in
+        order: a reply is committed as one, anything else as a whole message.  Its row id."""
+        return self.on_reply(message) if message.role == "assistant" else self.on_user(message)
+
+    def on_summary(self, message: ChatMessage) -> int | None:
         """Commit a summary of the turns compacted out of the prompt (app.conversation.compaction), made while
-        the user's message was being sent: stored after it, with its ids and stats."""
-        self._add(message)
+        the user's message was being sent: stored after it, with its ids and stats.  Its row id."""
+        return self._add(message)
 
-    def on_summary_changed(self, message: Any) -> None:
+    def on_summary_changed(self, message: ChatMessage) -> None:
         """A stored summary was edited or taken back (``/compact edit|undo``): its row is written again."""
-        store_id = getattr(message, "store_id", None)
+        store_id = message.store_id
         if self.enabled and store_id is not None:
             self._guard(lambda s: s.finish_message(store_id, message))
 
@@ -265,9 +279,13 @@ class HistoryRecorder:
         if self._reply_id is not None:
             self.tip_id = self._reply_id
 
-    def on_event(self, event: Any) -> None:
-        """Follow a ``ReplyEvent``: reasoning/content text is kept and saved now and then."""
-        if not self.enabled or getattr(event, "kind", None) not in ("reasoning", "content"):
+    def on_event(self, event: ReplyEvent) -> None:
+        """Follow a turn's event: reasoning/content text is kept and saved now and then; a summary made before
+        the turn (``summary``) is stored in order."""
+        if event.kind == "summary":
+            self.on_summary(event.data)
+            return
+        if not self.enabled or event.kind not in ("reasoning", "content"):
             return
         self.on_reply_start()
         first_text = not any(part.strip() for part in self._partial.values())
@@ -281,11 +299,13 @@ class HistoryRecorder:
             reply_id = self._reply_id
             self._guard(lambda s: s.update_reply(reply_id, self._partial["content"], self._partial["reasoning"]))
 
-    def on_reply(self, message: Any) -> None:
-        """Commit the finished reply (``finish_reason`` "stop", "length", "cancelled", "error")."""
+    def on_reply(self, message: ChatMessage) -> int | None:
+        """Commit the finished reply (``finish_reason`` "stop", "length", "cancelled", "error"); its row id
+        (what choosing this reply again stores), or None when history is off."""
         if not self.enabled:
-            return
+            return None
         continued, self._continuing = self._continuing, None
+        reply_id: int | None
         if self._reply_id is None and continued is not None and continued is message:
             # a continuation that streamed no text (it ended at once): its row is updated, never added again
             reply_id = continued.store_id
@@ -295,25 +315,25 @@ class HistoryRecorder:
         else:
             reply_id, self._reply_id = self._reply_id, None
             self._guard(lambda s: s.finish_message(reply_id, message))
-        if reply_id is not None and hasattr(message, "store_id"):
-            message.store_id = reply_id  # so that choosing this reply again can be stored
+        return reply_id
 
-    def on_continue(self, message: Any) -> None:
+    def on_continue(self, message: ChatMessage) -> None:
         """A stored reply is being continued (/continue): its row is written again from the first event
         (:meth:`on_reply_start`: saved as it grows, like a new reply, so a kill keeps what was printed,
         marked interrupted), and :meth:`on_reply` then updates it (text, ids, stats with both parts) instead
         of adding a message.  A continuation the session refuses leaves the row as it was.  A reply not
         stored yet is added by :meth:`on_reply` as usual."""
         self.close_reply()
-        store_id = getattr(message, "store_id", None)
+        store_id = message.store_id
         if not self.enabled or store_id is None or self.conversation_id is None:
             return
         self._continuing = message
         self.tip_id = store_id
 
-    def fork(self, at_store_id: int | None, messages: list[Any]) -> int | None:
+    def fork(self, at_store_id: int | None) -> list[int] | None:
         """Make the stored branch up to ``at_store_id`` a new conversation linked to this one, and go on
-        in it; ``messages`` (the session's kept path) get the new rows' ids.  None when not stored."""
+        in it (its id is :attr:`conversation_id`); the new rows' ids, first to last, for the session's kept
+        path.  None when not stored."""
         self.close_reply()
         if self.conversation_id is None:
             return None
@@ -323,12 +343,10 @@ class HistoryRecorder:
             return None
         self.conversation_id = new_id
         stored = self._guard(lambda s: s.load(new_id))
-        if stored is not None:
-            for message, row in zip(messages, stored.messages):
-                if hasattr(message, "store_id"):
-                    message.store_id = row.id
-            self.tip_id = stored.messages[-1].id if stored.messages else None
-        return new_id
+        if stored is None:
+            return []
+        self.tip_id = stored.messages[-1].id if stored.messages else None
+        return [row.id for row in stored.messages]
 
     def close_reply(self, finish_reason: str = "interrupted") -> None:
         """Commit a reply still open with the text received so far (a continuation not yet written
@@ -336,11 +354,10 @@ class HistoryRecorder:
         self._continuing = None
         if self._reply_id is None:
             return
-        from types import SimpleNamespace
+        from app.conversation.messages import ChatMessage
 
-        partial = SimpleNamespace(role="assistant", content=self._partial["content"],
-                                  reasoning=self._partial["reasoning"], stats=None, finish_reason=None,
-                                  opening=self._opening)
+        partial = ChatMessage("assistant", self._partial["content"], self._partial["reasoning"],
+                              opening=self._opening)
         reply_id, self._reply_id = self._reply_id, None
         self._guard(lambda s: s.finish_message(reply_id, partial, finish_reason))
 

@@ -28,11 +28,14 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from app.history.full_disk import disk_is_full, full_disk_reason
 from app.history.types import (Conversation, ConversationInfo, StoredMessage, StoreError, as_dict,
                              message_columns, make_title, parse_reply_json, reply_json)
+
+if TYPE_CHECKING:
+    from app.conversation.messages import ChatMessage
 
 __all__ = ["ChatStore", "Conversation", "ConversationInfo", "StoredMessage", "StoreError",
            "default_db_path", "make_title", "SCHEMA_VERSION"]
@@ -441,7 +444,7 @@ class ChatStore:
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, "interrupted" if unfinished else m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at,
                      m.finished_at if m.finished_at is not None or not unfinished else m.created_at,
-                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, m.parent_id, reply_json(m)))
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, m.parent_id, reply_json(m.opening, m.reply_ids)))
             tip = conversation.messages[-1].id if conversation.messages else None
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, info.id))
 
@@ -515,7 +518,7 @@ class ChatStore:
 
     # -- messages ---------------------------------------------------------------------------
 
-    def add_message(self, conv_id: int, message: Any, *, created_at: float | None = None,
+    def add_message(self, conv_id: int, message: ChatMessage, *, created_at: float | None = None,
                     finished_at: float | None = None, parent_id: int | None | object = TIP) -> int:
         """Commit a whole message (the user's, before generation starts).
 
@@ -586,7 +589,7 @@ class ChatStore:
             conn.execute("UPDATE messages SET content = ?, reasoning = ? WHERE id = ? AND writer_pid IS NOT NULL",
                          (content, reasoning, msg_id))
 
-    def finish_message(self, msg_id: int, message: Any, finish_reason: str | None = None) -> None:
+    def finish_message(self, msg_id: int, message: ChatMessage, finish_reason: str | None = None) -> None:
         """Commit a reply's final text and stats; ``finish_reason`` overrides the message's own
         (``"interrupted"`` for a reply cut off by an error or exit)."""
         cols = message_columns(message, finish_reason)
@@ -672,7 +675,7 @@ class ChatStore:
                     (conv_id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at,
-                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent, reply_json(m)))
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent, reply_json(m.opening, m.reply_ids)))
                 new_id = int(cur.lastrowid)
                 if m.id:
                     new_ids[m.id] = new_id

@@ -1,17 +1,19 @@
 """The history's data types: what a stored conversation and message look like.
 
 Kept apart from :mod:`app.history.store` (the SQLite side) so that export, the
-recorder and the TUI can use them without opening a database.  Messages
-from :mod:`app.conversation.session` are read by duck typing (``role``, ``content``,
-``reasoning``, ``stats``, ``finish_reason``) so this module never imports it
-at load time.
+recorder and the TUI can use them without opening a database.  Messages are saved from
+:class:`app.conversation.messages.ChatMessage` values, read by their typed fields (imported for
+type checking only, so this module loads without the conversation package).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from app.conversation.messages import ChatMessage
 
 TITLE_CHARS = 60
 
@@ -69,18 +71,11 @@ class StoredMessage:
     #: a reply's ids as generated (its opening's first): /continue resumes from them with the same model
     reply_ids: list[int] | None = None
 
-    def to_chat_message(self) -> Any:
+    def to_chat_message(self) -> ChatMessage:
         """This message as an :class:`app.conversation.session.ChatMessage` (for ``ChatSession.load_messages``)."""
-        from app.conversation.session import ChatMessage, TurnStats
+        from app.conversation.messages import ChatMessage, stats_from_dict
 
-        stats = None
-        if self.stats:
-            names = {f.name for f in dataclasses.fields(TurnStats)}
-            known = {k: v for k, v in self.stats.items() if k in names}
-            try:
-                stats = TurnStats(**known)
-            except TypeError:  # a stats dict from another version lacks required fields
-                stats = None
+        stats = stats_from_dict(self.stats) if self.stats else None
         tool = self.tool or {}
         return ChatMessage(role=self.role, content=self.content, reasoning=self.reasoning,
                            stats=stats, finish_reason=self.finish_reason, tool_calls=tool.get("tool_calls"),
@@ -99,7 +94,7 @@ class Conversation:
     #: every other message (siblings of regenerated replies and edited prompts), linked by parent_id
     branches: list[StoredMessage] = field(default_factory=list)
 
-    def chat_messages(self) -> list:
+    def chat_messages(self) -> list[ChatMessage]:
         """The messages as ``ChatMessage`` objects, ready for ``ChatSession.load_messages``."""
         return [m.to_chat_message() for m in self.messages]
 
@@ -122,27 +117,28 @@ def as_dict(value: Any) -> dict | None:
     raise TypeError(f"expected a dataclass or a dict, got {type(value).__name__}")
 
 
-def message_columns(message: Any, finish_reason: str | None) -> dict:
-    """Column values of a ChatMessage-like object (role, content, reasoning, stats, finish_reason)."""
-    stats = as_dict(getattr(message, "stats", None))
-    reason = finish_reason or getattr(message, "finish_reason", None) or (stats or {}).get("finish_reason")
+def message_columns(message: ChatMessage, finish_reason: str | None) -> dict:
+    """Column values of a message (role, content, reasoning, stats, finish_reason ...); ``finish_reason``
+    overrides the message's own (``"interrupted"``)."""
+    from app.conversation.messages import stats_dict
+
+    stats = stats_dict(message.stats) if message.stats is not None else None
+    reason = finish_reason or message.finish_reason or (stats or {}).get("finish_reason")
     get = (stats or {}).get
     return {
         "role": message.role, "content": message.content or "",
-        "reasoning": getattr(message, "reasoning", "") or "",
+        "reasoning": message.reasoning or "",
         "prompt_tokens": get("prompt_tokens"), "completion_tokens": get("completion_tokens"),
         "reasoning_tokens": get("reasoning_tokens"), "ttft_s": get("ttft_s"),
         "tokens_per_s": get("tokens_per_s"), "finish_reason": reason,
         "stats_json": json.dumps(stats) if stats is not None else None,
         "tool_json": tool_json(message),
-        "reply_json": reply_json(message),
+        "reply_json": reply_json(message.opening, message.reply_ids),
     }
 
 
-def reply_json(message: Any) -> str | None:
+def reply_json(opening: str, ids: Sequence[int] | None) -> str | None:
     """A reply's user-written opening and its ids as generated, as JSON (None when it has neither)."""
-    opening = getattr(message, "opening", "") or ""
-    ids = getattr(message, "reply_ids", None)
     fields = {**({"opening": opening} if opening else {}), **({"ids": list(ids)} if ids is not None else {})}
     return json.dumps(fields, ensure_ascii=False) if fields else None
 
@@ -153,12 +149,9 @@ def parse_reply_json(text: str | None) -> tuple[str, list[int] | None]:
     return data.get("opening", ""), data.get("ids")
 
 
-#: message attributes of tool calling kept in ``tool_json``
-TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")
-
-
-def tool_json(message: Any) -> str | None:
-    """A message's tool-calling fields as JSON (None for a message without any)."""
-    fields = {k: getattr(message, k, None) for k in TOOL_FIELDS}
+def tool_json(message: ChatMessage) -> str | None:
+    """A message's tool-calling fields (``tool_calls``, ``tool_call_id``, ``name``) as JSON (None for a
+    message without any)."""
+    fields = {"tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id, "name": message.name}
     fields = {k: v for k, v in fields.items() if v}
     return json.dumps(fields, ensure_ascii=False) if fields else None

@@ -40,6 +40,7 @@ from app.tools.calls import CallStreamSplitter, CallSyntax, ToolCall, parse_repl
 from app.tools.display import call_line
 from app.tools.mcp_client import ToolInfo, ToolResult
 from app.settings.tools import ToolSettings
+from backends.base import FinishReason
 
 #: approval answers
 ONCE, ALWAYS, DENY = "once", "always", "deny"
@@ -134,8 +135,7 @@ class ToolLoop:
             reply = self.session.messages[-1] if self.session.messages else None
             parsed = None
             if reply is not None and reply.role == "assistant" and self.active and stats.finish_reason == "stop":
-                record = getattr(reply, "record", None)
-                reply_ids = getattr(record, "reply_ids", ()) or ()
+                reply_ids = reply.record.reply_ids if reply.record is not None else ()
                 parsed = parse_reply(self.session.tokenizer, self.syntax, reply_ids, reply.content, self.tools)
             if parsed is None or not parsed.calls:
                 if bare_text:  # it opened like a bare JSON call but is an answer: show it as one
@@ -148,8 +148,8 @@ class ToolLoop:
                                      f"steps (tools.max_steps): {len(parsed.calls)} call(s) not run")
                 break
             malformed_raw = "".join("\n" + c.raw for c in parsed.calls if c.error is not None)
-            reply.content = (parsed.content + malformed_raw).strip()
-            reply.tool_calls = [c.message_form() for c in parsed.valid_calls] or None
+            self.session.replace_reply(reply, (parsed.content + malformed_raw).strip(),
+                                       [c.message_form() for c in parsed.valid_calls] or None)
             if self.on_message is not None:
                 self.on_message(reply)
             results: list[ChatMessage] = []
@@ -164,13 +164,13 @@ class ToolLoop:
                     self.on_message(message)
             if self._cancel.is_set():
                 # the results are kept (the model sees them next turn); no further step
-                self.session.messages.extend(results)
+                self.session.add_tool_results(results)
                 break
             events = self.session.continue_turn(results)
         total = self._total(steps, call_tokens, result_tokens, started)
         last = self.session.messages[-1] if self.session.messages else None
         if last is not None and last.role == "assistant":
-            last.stats = total
+            self.session.set_reply_stats(last, total)
         yield ReplyEvent("done", stats=total)
 
     def _step(self, events: Iterator[ReplyEvent]):
@@ -257,7 +257,7 @@ class ToolLoop:
 
     def _total(self, steps: list[TurnStats], call_tokens: int, result_tokens: int, started: float) -> TurnStats:
         if not steps:
-            return TurnStats(finish_reason="error", model_steps=0, context_limit=self.session.context_size)
+            return TurnStats(finish_reason=FinishReason.ERROR, model_steps=0, context_limit=self.session.context_size)
         last, first = steps[-1], steps[0]
         completion = sum(s.completion_tokens for s in steps)
         timed = [s for s in steps if s.tokens_per_s > 0]
@@ -267,8 +267,8 @@ class ToolLoop:
             last, new_prompt_tokens=turn_new_prompt_tokens(steps), prompt_tokens_per_s=turn_prompt_speed(steps),
             completion_tokens=completion,
             reasoning_tokens=sum(s.reasoning_tokens for s in steps), ttft_s=first.ttft_s, tokens_per_s=speed,
-            forced_close_tokens=sum(getattr(s, "forced_close_tokens", 0) for s in steps),
-            reasoning_cut=any(getattr(s, "reasoning_cut", False) for s in steps),
+            forced_close_tokens=sum(s.forced_close_tokens for s in steps),
+            reasoning_cut=any(s.reasoning_cut for s in steps),
             drafted_tokens=sum(s.drafted_tokens for s in steps), accepted_tokens=sum(s.accepted_tokens for s in steps),
             tool_call_tokens=call_tokens, tool_result_tokens=result_tokens, model_steps=len(steps),
             verified=all(s.verified for s in steps))

@@ -53,9 +53,7 @@ class Compaction:
             summary = undo_summary(session) if word == "undo" else edit_summary(session, rest.strip())
             if summary is None:
                 raise SlashError(f"/compact {word}: there is no summary in the prompt")
-            recorder = self.history.recorder
-            if recorder is not None:
-                recorder.on_summary_changed(summary)
+            self.history.record_summary_changed(summary)
             await self.show_changed(summary)
             host.update_meter()
             host.notify("Summary taken out of the prompt (its turns stay dropped)" if word == "undo"
@@ -96,8 +94,7 @@ class Compaction:
         """A summary made during this send: stored, and shown marked above ``before`` (the reply widget)."""
         from app.tui.widgets.summary_message import SummaryMessage
 
-        if self.history.recorder is not None:
-            self.history.recorder.on_summary(summary)
+        self.history.record_summary(summary)
         view = self.host.chat_view
         widget = SummaryMessage(summary)
         await view.mount(widget, before=before)

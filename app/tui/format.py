@@ -29,7 +29,9 @@ def stats_line(stats: TurnStats) -> str:
     if stats.drafted_tokens:
         parts.insert(5, f"drafted {stats.drafted_tokens} / accepted {stats.accepted_tokens}")
     if not stats.verified:
-        parts.append("unverified: the server's count differs")
+        parts.append("unverified: " + (stats.note or "the server's count differs"))
+    elif stats.note:  # how the counts were kept verified (a server's held-back ids, fetched again)
+        parts.append(stats.note)
     if stats.dropped_turns:
         parts.append(f"dropped {stats.dropped_turns} old turn(s)")
     if stats.opening_tokens:

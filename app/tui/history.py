@@ -16,14 +16,16 @@ ctrl+z in the history list can put it back with its own ids.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.tui.branches import Branches
 from app.tui.host import ChatHost
 from app.tui.widgets.dialogs import DeleteScreen, RenameScreen
 from app.tui.widgets.history_sidebar import HistorySidebar
+
+if TYPE_CHECKING:
+    from app.conversation.messages import ChatMessage
+    from app.history.recorder import HistoryRecorder
 
 
 #: why the last message on screen cannot be continued, regenerated or edited
@@ -87,7 +89,7 @@ class ChatHistory:
         self.host = host
         self.branches = branches
         self._store_arg = store
-        self.recorder: Any = None
+        self.recorder: HistoryRecorder | None = None
         #: conversations deleted here, the last one last (ctrl+z restores it); kept until quit
         self.trash: list[Deleted] = []
         #: a store to look in when the recorder switched itself off (it then has none)
@@ -97,7 +99,7 @@ class ChatHistory:
         self.tail_reason: str | None = None
 
     # -------------------------------------------------------------- recording
-    def _make_recorder(self) -> Any:
+    def _make_recorder(self) -> HistoryRecorder:
         from dataclasses import asdict
 
         from app.history.model_identity import vocabulary_fingerprint
@@ -187,22 +189,24 @@ class ChatHistory:
                 return False
         except StoreError:
             return False  # the store itself fails: the recorder's own write says how, once
-        self.recorder = self._make_recorder()
+        self.recorder = new_recorder = self._make_recorder()
         recorder.close()  # a reply it had open was in the deleted conversation, and went with it
         for message in session.messages[:upto]:
             if message.role == "system":
                 continue
-            message.store_id = None
-            if message.role == "assistant":
-                self.recorder.on_reply(message)
-            else:
-                self.recorder.on_user(message)
-        new = self.recorder.conversation_id
+            session.mark_stored(message, None)
+            self._mark(message, new_recorder.on_message(message))
+        new = new_recorder.conversation_id
         where = "" if any(d.conversation.info.id == gone for d in self.trash) else " in another window"
         self.host.notify(f"Conversation #{gone} was deleted{where}: what this window shows is "
                          f"saved as a new conversation (#{new}), and the chat goes on there",
                          severity="warning", timeout=12)
         return True
+
+    def _mark(self, message: ChatMessage, row: int | None) -> None:
+        """``message`` was stored as ``row`` (None: not stored, history off): the session keeps it."""
+        if row is not None:
+            self.host.session.mark_stored(message, row)
 
     def _stored_count(self, upto: int | None = None) -> int:
         """How many of the session's messages (before ``upto``) the store holds (no system turns)."""
@@ -236,22 +240,32 @@ class ChatHistory:
         else:
             self._still_stored()
         if text is not None:
-            self.recorder.on_user(SimpleNamespace(role="user", content=text, reasoning="", stats=None,
-                                                  finish_reason=None))
+            from app.conversation.messages import ChatMessage
+
+            self.recorder.on_user(ChatMessage("user", text))  # the session's own message is marked after the turn
         self._notice()
 
     def record_chunk(self, kind: str, text: str) -> None:
+        """Reasoning or content text of the reply being generated (drained from the turn's events)."""
         if self.recorder is not None:
-            self.recorder.on_event(SimpleNamespace(kind=kind, text=text))
+            from app.conversation.messages import ReplyEvent
 
-    def record_message(self, message: Any) -> None:
+            self.recorder.on_event(ReplyEvent(kind, text))
+
+    def record_message(self, message: ChatMessage) -> None:
         """A message the tool loop added between steps (a call's reply, a tool result), in order."""
-        if self.recorder is None:
-            return
-        if message.role == "assistant":
-            self.recorder.on_reply(message)
-        else:
-            self.recorder.on_user(message)
+        if self.recorder is not None:
+            self._mark(message, self.recorder.on_message(message))
+
+    def record_summary(self, summary: ChatMessage) -> None:
+        """A summary made while the user's message was sent (/compact summarize), stored after it."""
+        if self.recorder is not None:
+            self._mark(summary, self.recorder.on_summary(summary))
+
+    def record_summary_changed(self, summary: ChatMessage) -> None:
+        """``/compact edit|undo``: the stored summary is written again."""
+        if self.recorder is not None:
+            self.recorder.on_summary_changed(summary)
 
     def record_continue(self, reply: Any) -> None:
         """``/continue``: the stored reply is updated in place as it grows."""
@@ -267,10 +281,10 @@ class ChatHistory:
         if self._still_stored():
             pass  # deleted elsewhere meanwhile: saved anew, this reply included
         elif messages and messages[-1].role == "assistant":
-            self.recorder.on_reply(messages[-1])
+            self._mark(messages[-1], self.recorder.on_reply(messages[-1]))
             user = next((m for m in reversed(messages) if m.role == "user"), None)
             if user is not None and user.store_id is None:
-                user.store_id = self.recorder.last_user_id
+                session.mark_stored(user, self.recorder.last_user_id)
         else:
             self.recorder.close_reply("error")
         self._notice()
@@ -284,7 +298,7 @@ class ChatHistory:
             return
         messages = session.messages
         if messages and messages[-1].role == "assistant" and messages[-1].store_id is None:
-            self.recorder.on_reply(messages[-1])
+            self._mark(messages[-1], self.recorder.on_reply(messages[-1]))
 
     def record_refusal(self) -> None:
         """A turn the session refused: the user message stored for it stays as a branch, and the
@@ -323,7 +337,12 @@ class ChatHistory:
         self._still_stored()
         at = kept[-1].store_id if kept else None
         if all(m.store_id is not None for m in kept):
-            return self.recorder.fork(at, kept)
+            rows = self.recorder.fork(at)
+            if rows is None:
+                return None
+            for message, row in zip(kept, rows):  # the kept path is the new conversation's, row for row
+                self.host.session.mark_stored(message, row)
+            return self.recorder.conversation_id
         # not stored (yet): the fork starts a conversation of its own with the next message
         self.recorder.start_new(system=self.host.session.system_prompt)
         return None
@@ -466,19 +485,6 @@ class ChatHistory:
             self.host.notify(str(exc), severity="error")
         self.refresh()
 
-    def _vocabulary_switch(self, info: Any) -> str:
-        """The model that wrote a stored conversation when its vocabulary is not the loaded model's, else "".
-
-        The TUI goes on where headless ``--resume`` refuses without ``--switch-model``: opening a chat from
-        the sidebar with another model loaded is the user's choice, as ``/model`` is."""
-        from app.history.model_identity import stored_fingerprint, vocabulary_fingerprint
-
-        chat = self.host.chat
-        theirs = stored_fingerprint(info.settings)
-        if chat is None or theirs is None or theirs == vocabulary_fingerprint(chat.tokenizer):
-            return ""
-        return info.model_name or Path(info.model_path).name or "another model"
-
     def _use_stored_template(self, name: str) -> None:
         """A reopened conversation goes on with the template it was stored with (``/template``), so that its
         stored counts and the meter agree; a template file this window cannot name again is said."""
@@ -509,14 +515,14 @@ class ChatHistory:
             host.notify(str(exc), severity="error")
             return
         from app.conversation.branches import from_links
+        from app.history.model_identity import record_switch, vocabulary_switch
 
         settled, tail = unsettled_tail(conversation)
         stored = [m for m in settled + off_tail(conversation.branches, tail) if m.role != "system"]
         chat_messages = [m.to_chat_message() for m in stored]
-        switched = self._vocabulary_switch(conversation.info)
-        if switched:
-            for message in chat_messages:  # ids of another vocabulary: the replies are encoded again from text
-                message.reply_ids = None
+        # the TUI goes on where headless --resume refuses without --switch-model: opening a chat from the sidebar
+        # with another model loaded is the user's choice, as /model is (the rule: model_identity.vocabulary_switch)
+        switched = vocabulary_switch(conversation.info, host.chat.tokenizer) if host.chat is not None else None
         messages, branches = from_links([(m.id, m.parent_id, c) for m, c in zip(stored, chat_messages)],
                                         [m.id for m in settled if m.role != "system"])
         host.end_edit("another conversation opened")
@@ -528,23 +534,24 @@ class ChatHistory:
         if session is None:
             host.notify("Showing a stored chat; load a model (/model PATH) to continue it", severity="warning")
             return
-        if not switched:  # another vocabulary goes on with its own model's template
+        if switched is None:  # another vocabulary goes on with its own model's template
             self._use_stored_template(conversation.info.template)
             session = host.session  # a new one when the template changed
         session.set_system(conversation.info.system_prompt)
         session.load_messages(messages, branches)
+        if switched is not None:  # ids of another vocabulary: the replies are encoded again from their text
+            session.forget_reply_ids()
         if self.recorder is not None:
             # the next message follows the last settled one: a turn another window is still writing (or one
             # that never got its reply) is not this window's to build on, as headless --resume leaves it out
             self.recorder.resume(conv_id, settled[-1].id if settled else None)
-            if switched:  # recorded as /model and headless --switch-model record it
+            if switched is not None:  # recorded as /model and headless --switch-model record it
                 chat = host.chat
-                self.recorder.update(model=str(chat.model_path),
-                                     model_name=chat.info.model_name or chat.model_path.stem,
-                                     template=chat.template.name, sampling=session.sampling)
-                self.recorder.store_vocabulary()
-        if switched:
-            host.notify(f"#{conv_id} was written by {switched}, whose vocabulary is not this model's: it goes on "
+                record_switch(self.recorder, conversation.info, switched, model=str(chat.model_path),
+                              model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
+                              sampling=session.sampling)
+        if switched is not None:
+            host.notify(f"#{conv_id} was written by {switched.was}, whose vocabulary is not this model's: it goes on "
                         "with this model, its replies encoded again from their text (the switch is recorded)",
                         severity="warning", timeout=12)
         await self.branches.show_labels()

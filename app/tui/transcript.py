@@ -5,10 +5,13 @@ exported is exactly what the model saw (the reasoning is kept, quoted).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from app.conversation.messages import ChatMessage
 
 
-def transcript_markdown(messages: Sequence[Any]) -> str:
+def transcript_markdown(messages: Sequence[ChatMessage]) -> str:
     """``## user`` / ``## assistant`` sections; reasoning as a quote; stats as a comment line."""
     from app.tui.format import stats_line
 
@@ -16,20 +19,20 @@ def transcript_markdown(messages: Sequence[Any]) -> str:
     for message in messages:
         out.append(f"## {message.role}")
         out.append("")
-        if getattr(message, "reasoning", ""):
+        if message.reasoning:
             out.extend("> " + line for line in message.reasoning.splitlines())
             out.append("")
         out.append(message.content)
         out.append("")
-        if getattr(message, "stats", None) is not None:
+        if message.stats is not None:
             out.append(f"<!-- {stats_line(message.stats)} -->")
             out.append("")
     return "\n".join(out)
 
 
-def totals_text(messages: Sequence[Any], context_used: int, context_limit: int) -> str:
+def totals_text(messages: Sequence[ChatMessage], context_used: int, context_limit: int) -> str:
     """The /stats block: turns, tokens in and out, mean speed, context in use."""
-    replies = [m.stats for m in messages if m.role == "assistant" and getattr(m, "stats", None)]
+    replies = [m.stats for m in messages if m.role == "assistant" and m.stats is not None]
     new_prompt = sum(s.new_prompt_tokens for s in replies)
     completion = sum(s.completion_tokens for s in replies)
     reasoning = sum(s.reasoning_tokens for s in replies)

@@ -91,7 +91,7 @@ def test_a_generation_iterates_its_ids_and_says_why_they_ended():
     backend = ScriptedBackend([5, 6, 7, 8])
     gen = backend.generate([1, 2, 3], SamplingParams(max_tokens=10), {7})
     assert isinstance(gen, Generation) and isinstance(gen.stats, GenerationStats)
-    assert gen.stats.finish_reason == ""
+    assert gen.stats.finish_reason is None
     assert list(gen) == [5, 6, 7] and gen.stats.finish_reason == "stop"
     assert gen.stats.prompt_evaluated == 3
     length = backend.generate([1, 2, 3, 5, 6, 7], SamplingParams(max_tokens=2), set())

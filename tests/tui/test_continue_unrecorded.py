@@ -31,12 +31,12 @@ CUT = "Once upon a time, in a small village,"
 #: then it waits to be killed
 WRITER = r"""
 import sys
-from types import SimpleNamespace
+from app.conversation.messages import ChatMessage, ReplyEvent
 from app.history.recorder import HistoryRecorder
 
 recorder = HistoryRecorder(store_path=sys.argv[1])
-recorder.on_user(SimpleNamespace(role="user", content=sys.argv[2], reasoning="", stats=None, finish_reason=None))
-recorder.on_event(SimpleNamespace(kind="content", text=sys.argv[3]))
+recorder.on_user(ChatMessage(role="user", content=sys.argv[2], reasoning="", stats=None, finish_reason=None))
+recorder.on_event(ReplyEvent(kind="content", text=sys.argv[3]))
 print("saved", flush=True)
 sys.stdin.readline()
 """

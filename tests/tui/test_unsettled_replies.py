@@ -30,20 +30,20 @@ STORY = "Tell me a story"
 #: then on "finish" on stdin it ends the reply as a finished one
 WRITER = r"""
 import sys
-from types import SimpleNamespace
+from app.conversation.messages import ChatMessage, ReplyEvent
 from app.history.recorder import HistoryRecorder
 
 db, conv, upto = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 recorder = HistoryRecorder(store_path=db)
 recorder.resume(conv)
-recorder.on_user(SimpleNamespace(role="user", content="Tell me a story", reasoning="", stats=None,
+recorder.on_user(ChatMessage(role="user", content="Tell me a story", reasoning="", stats=None,
                                  finish_reason=None))
 if upto == "reply":
-    recorder.on_event(SimpleNamespace(kind="content", text="Once upon"))
+    recorder.on_event(ReplyEvent(kind="content", text="Once upon"))
 print("ready", flush=True)
 if sys.stdin.readline().strip() == "finish":
-    recorder.on_event(SimpleNamespace(kind="content", text=" a time."))
-    recorder.on_reply(SimpleNamespace(role="assistant", content="Once upon a time.", reasoning="", stats=None,
+    recorder.on_event(ReplyEvent(kind="content", text=" a time."))
+    recorder.on_reply(ChatMessage(role="assistant", content="Once upon a time.", reasoning="", stats=None,
                                       finish_reason="stop"))
     recorder.close()
     print("done", flush=True)

@@ -19,6 +19,9 @@ from app.tui.widgets.unsettled_tail import UnsettledTail
 from app.tui.widgets.user_message import UserMessage
 
 if TYPE_CHECKING:
+    from textual.widget import Widget
+
+    from app.conversation.messages import ChatMessage
     from app.tui.widgets.assistant_message import AssistantMessage
 
 #: messages mounted at once when a stored conversation opens, and per "show earlier"
@@ -43,7 +46,9 @@ class ChatView(VerticalScroll):
     """
 
     def on_mount(self) -> None:
-        self._hidden: list = []  # older stored messages not mounted yet, oldest first
+        self._hidden: list[ChatMessage] = []  # older stored messages not mounted yet, oldest first
+        #: a shown tool result's message (by identity) -> the call it answers, from the reply that made it
+        self._calls: dict[int, dict | None] = {}
         self.anchor()
 
     async def show_welcome(self, keys: KeyMap | None = None) -> None:
@@ -81,13 +86,14 @@ class ChatView(VerticalScroll):
         await self.mount(widget)
         return widget
 
-    async def show_messages(self, messages, *, tail: Sequence = (), tail_note: str = "") -> None:
+    async def show_messages(self, messages: Sequence[ChatMessage], *, tail: Sequence[ChatMessage] = (),
+                            tail_note: str = "") -> None:
         """Replace the view with a stored conversation: the newest page now, the rest on request.
 
         ``tail``: its unsettled end (a reply another window is writing, a message never answered), shown
         after it, apart and marked (:class:`UnsettledTail`), with ``tail_note`` under it."""
         self._hidden = [m for m in messages if m.role in ("user", "assistant", "tool", "summary")]
-        calls = {c.get("id"): c for m in self._hidden for c in (getattr(m, "tool_calls", None) or [])}
+        calls = {c.get("id"): c for m in self._hidden for c in (m.tool_calls or [])}
         # a stored tool result is shown as its call's block: pair each with the call it answers
         self._calls = {id(m): calls.get(m.tool_call_id) for m in self._hidden if m.role == "tool"}
         await self.remove_children()
@@ -109,7 +115,7 @@ class ChatView(VerticalScroll):
         else:
             await self.mount_all(widgets)
 
-    def _stored_widget(self, message):
+    def _stored_widget(self, message: ChatMessage) -> Widget:
         from app.tui.widgets.assistant_message import AssistantMessage
 
         if message.role == "user":
@@ -121,9 +127,9 @@ class ChatView(VerticalScroll):
         if message.role == "tool":
             from app.tui.widgets.tool_call_block import ToolCallBlock
 
-            return ToolCallBlock.stored(getattr(self, "_calls", {}).get(id(message)), message)
+            return ToolCallBlock.stored(self._calls.get(id(message)), message)
         return AssistantMessage(content=message.content, reasoning=message.reasoning,
-                                stats=message.stats, stored=True, opening=getattr(message, "opening", ""),
+                                stats=message.stats, stored=True, opening=message.opening,
                                 finish_reason=message.finish_reason)
 
     async def on_earlier_messages_requested(self, message: EarlierMessages.Requested) -> None:

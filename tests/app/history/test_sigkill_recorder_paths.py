@@ -21,8 +21,7 @@ from app.history.store import ChatStore
 #: argv: database, path ("first", "regenerate", "continue"); says "saved" once the reply being written is saved
 WRITER = r"""
 import sys
-from types import SimpleNamespace
-from app.conversation.messages import ChatMessage
+from app.conversation.messages import ChatMessage, ReplyEvent
 from app.history.recorder import HistoryRecorder
 
 db, path = sys.argv[1], sys.argv[2]
@@ -30,20 +29,20 @@ recorder = HistoryRecorder(store_path=db, progress_interval_s=0.0)
 recorder.on_user(ChatMessage("user", "Tell me a story"))
 if path == "tool":  # a tool round as the tool loop records it: the call, its result, then the answer streams
     call = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
-    recorder.on_event(SimpleNamespace(kind="content", text=call))
+    recorder.on_event(ReplyEvent(kind="content", text=call))
     recorder.on_reply(ChatMessage("assistant", call, finish_reason="tool_calls", tool_calls=[
         {"type": "function", "id": "call_0", "function": {"name": "get_time", "arguments": {}}}]))
     recorder.on_user(ChatMessage("tool", "12:00", tool_call_id="call_0", name="get_time"))
 elif path != "first":
     first = ChatMessage("assistant", "Once upon a time", finish_reason="length")
-    recorder.on_event(SimpleNamespace(kind="content", text="Once upon a time"))
-    recorder.on_reply(first)
+    recorder.on_event(ReplyEvent(kind="content", text="Once upon a time"))
+    first.store_id = recorder.on_reply(first)  # the row the caller's conversation keeps (Conversation.mark_stored)
     if path == "regenerate":  # what the TUI's Ctrl+R records: the next reply follows the user's message
         recorder.rewind(recorder.last_user_id)
     else:
         recorder.on_continue(first)
-recorder.on_event(SimpleNamespace(kind="content", text=" there was" if path == "continue" else "In a land"))
-recorder.on_event(SimpleNamespace(kind="content", text=" a dragon"))
+recorder.on_event(ReplyEvent(kind="content", text=" there was" if path == "continue" else "In a land"))
+recorder.on_event(ReplyEvent(kind="content", text=" a dragon"))
 print("saved", flush=True)
 sys.stdin.readline()
 """

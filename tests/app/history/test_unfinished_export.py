@@ -19,12 +19,12 @@ from process_env import child_env
 #: then it waits on stdin
 WRITER = r"""
 import sys
-from types import SimpleNamespace
+from app.conversation.messages import ChatMessage, ReplyEvent
 from app.history.recorder import HistoryRecorder
 
 recorder = HistoryRecorder(store_path=sys.argv[1])
-recorder.on_user(SimpleNamespace(role="user", content="Tell me a story", reasoning="", stats=None, finish_reason=None))
-recorder.on_event(SimpleNamespace(kind="content", text="Once upon"))
+recorder.on_user(ChatMessage(role="user", content="Tell me a story", reasoning="", stats=None, finish_reason=None))
+recorder.on_event(ReplyEvent(kind="content", text="Once upon"))
 print("saved", flush=True)
 sys.stdin.readline()
 """
