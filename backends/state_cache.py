@@ -25,7 +25,7 @@ A file::
     <u32 format> <u32 header length> <32-byte sha256 of the header>
     header                                  JSON: key, model name, n_ids, sizes and sha256 of ids and payload
     ids                                     n_ids little-endian int32
-    payload                                 llama.cpp's state of those ids (sequence 0)
+    payload                                 the engine's state of those ids (llama.cpp: sequence 0)
 
 The key (:class:`StateKey`) is the model file's identity (its size and a hash of
 its first MiB and of 64 samples through the rest: no full read; not its mtime, see
@@ -40,7 +40,10 @@ under ``max_bytes`` (a load counts as a use: it touches the file's mtime).  A
 file whose ids are a prefix of a newer file's of the same key is deleted when
 the newer one is written: the newer one serves every prompt the older did.
 
-Not handled: MLX's prompt-cache files, llama-server slots, several sequences.
+The payload is whatever the engine serialises its cache to: llama.cpp's sequence state, or for MLX
+mlx-lm's own prompt-cache file (:mod:`backends.mlx_cache`); the key's build tells them apart.
+
+Not handled: llama-server slots, several sequences.
 """
 from __future__ import annotations
 
@@ -87,7 +90,15 @@ def model_identity(path: Path) -> str:
 
     Reads about 2 MiB whatever the file's size.  Not its mtime: a package reinstalled, a file copied or
     downloaded again, or touched, changes the mtime and not a byte, and a state that would still be exact
-    would be thrown away; a file rewritten with other weights differs in the sampled bytes."""
+    would be thrown away; a file rewritten with other weights differs in the sampled bytes.
+
+    A model directory (MLX's: ``config.json`` and ``*.safetensors``) is the identities of those files, by name."""
+    if os.path.isdir(path):
+        files = sorted(p for p in Path(path).iterdir() if p.name == "config.json" or p.suffix == ".safetensors")
+        if not files:
+            raise FileNotFoundError(f"no config.json or .safetensors file in {path}")
+        joined = "\0".join(f"{p.name}={model_identity(p)}" for p in files)
+        return hashlib.sha256(joined.encode()).hexdigest()[:32]
     size = os.stat(path).st_size
     digest = hashlib.sha256(f"{size}".encode())
     with open(path, "rb") as fh:

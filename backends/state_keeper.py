@@ -1,7 +1,9 @@
-"""The llama.cpp backend's use of the state cache: load the longest saved prefix before a prompt, save after a reply.
+"""A local engine's use of the state cache: load the longest saved prefix before a prompt, save after a reply.
 
 :class:`StateKeeper` sits beside one loaded :class:`backends.llama_engine.LlamaEngine`
-and is called on the engine's own thread:
+(or MLX's :class:`backends.mlx_cache.MLXPromptCache`, which offers the same four
+members: ``tokens``, ``state_bytes``, ``load_state``, ``truncate``) and is called
+on the engine's own thread:
 
 - :meth:`StateKeeper.restore` before the prompt is evaluated: when a saved state
   shares more of the prompt's ids than the engine's cache does (a new process,
@@ -18,8 +20,8 @@ and is called on the engine's own thread:
   file the next write clears away), never half a state file.
 
 Nothing here can change a reply's ids: a state is loaded only when its key and
-every checksum match (:mod:`backends.state_cache`), and llama.cpp's own check
-refuses what is left; the prompt is then evaluated as if nothing were saved.
+every checksum match (:mod:`backends.state_cache`), and the engine's own check (llama.cpp's, or
+MLX's on the cache's shapes) refuses what is left; the prompt is then evaluated as if nothing were saved.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from backends.base import common_prefix_length
 from backends.state_cache import StateCache, StateKey, StateRefused, engine_build_key, model_identity
@@ -59,25 +61,34 @@ def state_key(model_path: Path, params: Any, device: str) -> StateKey:
 
 
 def open_keeper(options: Any, model_path: Path, params: Any, device: str, model_name: str) -> "StateKeeper | None":
-    """The keeper for a loaded engine (``options``: its LoadOptions), or None when states are off
+    """The keeper for a loaded llama.cpp engine (``options``: its LoadOptions), or None when states are off
     (``state_dir`` None) or the model file cannot be read for its identity (then nothing is kept)."""
+    return keeper_for(options, model_path, lambda: state_key(model_path, params, device), model_name)
+
+
+def keeper_for(options: Any, model_path: Path, make_key: Callable[[], StateKey], model_name: str,
+               engine: str = "llama.cpp") -> "StateKeeper | None":
+    """The keeper of any engine whose key ``make_key`` gives; None when ``options.state_dir`` is None
+    (``--no-state``, ``[state] enabled = false``) or the key cannot be made (an unreadable model file)."""
     if options.state_dir is None:
         return None
     try:
-        key = state_key(model_path, params, device)
+        key = make_key()
     except OSError as exc:
         print(f"state: off ({model_path.name}: {exc.strerror or exc})", file=sys.stderr, flush=True)
         return None
-    return StateKeeper(StateCache(Path(options.state_dir), options.state_max_bytes), key, model_name)
+    return StateKeeper(StateCache(Path(options.state_dir), options.state_max_bytes), key, model_name, engine)
 
 
 class StateKeeper:
     """See the module docstring.  ``restore`` and ``keep`` run on the engine's thread; the writer on its own."""
 
-    def __init__(self, cache: StateCache, key: StateKey, model_name: str = "") -> None:
+    def __init__(self, cache: StateCache, key: StateKey, model_name: str = "", engine: str = "llama.cpp") -> None:
         self.cache = cache
         self.key = key
         self.model_name = model_name
+        #: the engine's name in a refusal note ("none (MLX refused the saved state)")
+        self.engine = engine
         #: the ids whose state is on disk (saved or loaded by this keeper): not written again
         self._on_disk: tuple[int, ...] = ()
         self._lock = threading.Lock()
@@ -108,7 +119,7 @@ class StateKeeper:
             return f"none ({exc})"
         if not engine.load_state(match.saved.ids, data):
             self.cache.refuse(match.saved)
-            return "none (llama.cpp refused the saved state)"
+            return f"none ({self.engine} refused the saved state)"
         engine.truncate(match.usable)
         self._on_disk = match.saved.ids
         if len(engine.tokens) != match.usable:  # a recurrent model's cache cannot drop a tail: it was cleared
