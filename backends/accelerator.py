@@ -125,9 +125,11 @@ def choose(
 ) -> Accelerator:
     """The build for this machine: every hardware fact comes through ``run``/``which``/``system``.
 
-    ``run`` asks the GPU tools (:func:`backends.gpu_inventory.read`; default:
-    this ``$PATH``).  Tests pass their own answers for those (a faked
-    ``nvidia-smi``); the build itself is never faked.
+    ``run`` asks the GPU tools (:func:`backends.gpu_inventory.read`); without
+    it, this process's read of the machine (:func:`backends.gpu_inventory.current`,
+    shared with detection: ``doctor`` asks ``nvidia-smi`` once).  Tests fake
+    the tools on a ``PATH`` of their own (a faked ``nvidia-smi``); the build
+    itself is never faked.
     """
     env = os.environ if env is None else env
     system = platform.system() if system is None else system
@@ -139,7 +141,7 @@ def choose(
         return Accelerator("cpu")
     if _apple_silicon(system, machine):
         return Accelerator("metal", cmake_flags=("-DGGML_METAL=ON",))
-    inventory = gpu_inventory.read(run)
+    inventory = gpu_inventory.read(run) if run is not None else gpu_inventory.current()
     gpus = inventory.nvidia
     missing = ""
     if gpus and forced in ("", "cuda"):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime, nvidia_smi, write_tool
 
-from backends import LoadOptions, open_backend
+from backends import LoadOptions, gpu_inventory, open_backend
 from backends.accelerator import Accelerator, choose
 from backends.engine_build import build_dir, build_key, read_build_info
 from backends.offload import (
@@ -40,7 +40,9 @@ def fake_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setattr("backends.accelerator._CUDA_DEFAULT", tmp_path / "no-cuda")
     monkeypatch.setattr("backends.accelerator._ROCM_DEFAULT", tmp_path / "no-rocm")
-    return bin_dir
+    gpu_inventory.forget()  # the process reads its GPUs once: these tests change them
+    yield bin_dir
+    gpu_inventory.forget()
 
 
 def test_an_nvidia_gpu_with_nvcc_gets_a_cuda_build_for_its_own_architecture_only(fake_path):
