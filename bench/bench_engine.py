@@ -5,7 +5,14 @@
   started with nothing but the model, both built from the same llama.cpp
   sources: greedy, no repetition penalty, ``--ids`` ids per round, tok/s after
   the first id (the server's own ``timings.predicted_per_second``; ours from
-  the ids' arrival times);
+  the ids' arrival times); ``--preset NAME`` sends both the sampling of
+  ``configs/models/NAME.toml`` (its repeat penalty, top-k, top-p, min-p) at
+  each of ``--temperatures`` (0 = greedy; one seed for both), and the greedy
+  replies' ids are compared;
+* **sampling**: the sampling step alone on the real logits of the bench's
+  prompt, microseconds per id, tokchat's sampler against llama.cpp's own chain
+  as llama-server builds it (its penalties sampler over the whole vocabulary),
+  at each of ``--temperatures`` with the preset's sampling;
 * **prompt**: a ``--prompt-ids``-id prompt evaluated from an empty cache, ids/s
   (the server's ``timings.prompt_per_second``; ours ``new ids / time to the
   first id``);
@@ -24,6 +31,7 @@ Rounds alternate tokchat and the server (the order flips every round) after
 one unrecorded warm-up each; the table shows medians and the ratio.
 
     .venv/bin/python bench/bench_engine.py [--model qwen2.5-coder-0.5b.gguf] [--rounds 3]
+    .venv/bin/python bench/bench_engine.py --only decode,sampling --preset qwen2.5 --temperatures 0,0.8
 """
 from __future__ import annotations
 
@@ -36,6 +44,8 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -106,28 +116,110 @@ def whole_process(cmd: list[str], env: dict[str, str], memory: bool) -> tuple[fl
     return wall, peak[0][0] / 1024, peak[0][1] / 1024
 
 
-def local_round(backend, prompt: list[int], n: int) -> tuple[float, float]:
-    """(decode tok/s, prompt ids/s) of one greedy reply from an empty cache."""
-    sampling = SamplingParams(temperature=0, max_tokens=n, repeat_penalty=1.0)
+#: the decode rounds' sampling without --preset: greedy, no repetition penalty
+PLAIN = SamplingParams(temperature=0, repeat_penalty=1.0)
+
+
+def preset_sampling(name: str | None, temperature: float, seed: int) -> SamplingParams:
+    """The ``[sampling]`` of ``configs/models/NAME.toml`` at ``temperature`` (None: :data:`PLAIN` at it)."""
+    if name is None:
+        return replace(PLAIN, temperature=temperature, seed=seed)
+    table = tomllib.loads((ROOT / "configs" / "models" / f"{name}.toml").read_text())["sampling"]
+    fields = {k: table[k] for k in ("top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n") if k in table}
+    return SamplingParams(temperature=temperature, seed=seed, **fields)
+
+
+def local_round(backend, prompt: list[int], n: int, sampling: SamplingParams = PLAIN
+                ) -> tuple[float, float, list[int]]:
+    """(decode tok/s, prompt ids/s, the ids) of one reply from an empty cache."""
+    sampling = replace(sampling, max_tokens=n)
     list(backend.generate([prompt[0]], SamplingParams(temperature=0, max_tokens=1), set()))  # empty the cache
     started = time.perf_counter()
     first = last = None
-    count = 0
+    ids: list[int] = []
     generation = backend.generate(prompt, sampling, set())
-    for _ in generation:
+    for token in generation:
         now = time.perf_counter()
         first = first or now
         last = now
-        count += 1
-    assert first is not None and last is not None and count == n
-    return (count - 1) / (last - first), generation.stats.prompt_evaluated / (first - started)
+        ids.append(token)
+    assert first is not None and last is not None and len(ids) == n
+    return (n - 1) / (last - first), generation.stats.prompt_evaluated / (first - started), ids
 
 
-def server_round(url: str, prompt: list[int], n: int) -> tuple[float, float]:
-    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "repeat_penalty": 1.0, "cache_prompt": False,
-            "ignore_eos": True}
-    timings = httpx.post(url + "/completion", json=body, timeout=600).json()["timings"]
-    return timings["predicted_per_second"], timings["prompt_per_second"]
+def server_round(url: str, prompt: list[int], n: int, sampling: SamplingParams = PLAIN
+                 ) -> tuple[float, float, list[int]]:
+    """The same from llama-server, sent the same sampling (and seed)."""
+    body = {"prompt": prompt, "n_predict": n, "temperature": sampling.temperature, "top_k": sampling.top_k,
+            "top_p": sampling.top_p, "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty,
+            "repeat_last_n": sampling.repeat_last_n, "cache_prompt": False, "ignore_eos": True,
+            "return_tokens": True}
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+    reply = httpx.post(url + "/completion", json=body, timeout=600).json()
+    timings = reply["timings"]
+    return timings["predicted_per_second"], timings["prompt_per_second"], reply.get("tokens", [])
+
+
+def sampling_table(model: Path, temperatures: list[float], preset: str | None, seed: int, ids: int) -> None:
+    """The sampling step alone, microseconds per id, on the logits after the bench's chat prompt.
+
+    tokchat's :class:`LlamaCppSampler` against the chain llama-server runs
+    (:func:`llama_chain` with llama.cpp's penalties sampler, fed the same
+    window), each sampling ``ids`` times in a row from the same logits (each
+    pick joins its window), rotated over 5 rounds; medians.
+    """
+    import llama_cpp
+
+    from backends.base import penalty_window
+    from backends.llama_engine import EngineParams, LlamaEngine
+    from backends.llama_sampler import LlamaCppSampler, llama_chain, penalty_last_n
+
+    chat, _ = bench_prompts(model, 64)
+    engine = LlamaEngine(model, EngineParams(n_ctx=2048, n_threads=llama_default_threads()))
+    try:
+        engine.decode(chat)
+
+        class ServerChain:
+            def __init__(self, sampling: SamplingParams) -> None:
+                self.chain = llama_chain(sampling, seed, engine.n_vocab, penalty_last_n(sampling, 2048))
+                for token in penalty_window(chat, sampling):
+                    llama_cpp.llama_sampler_accept(self.chain, token)
+
+            def sample(self, ctx) -> int:
+                return llama_cpp.llama_sampler_sample(self.chain, ctx, -1)
+
+            def close(self) -> None:
+                llama_cpp.llama_sampler_free(self.chain)
+
+        def per_id(make) -> float:
+            sampler = make()
+            try:
+                started = time.perf_counter()
+                for _ in range(ids):
+                    sampler.sample(engine.ctx)
+                return (time.perf_counter() - started) / ids * 1e6
+            finally:
+                sampler.close()
+
+        print(f"\nsampling step, {engine.n_vocab:,} ids in the vocabulary, preset {preset or 'none'}: "
+              f"microseconds per id, medians of 5 rounds of {ids}")
+        print("| temperature | penalty | tokchat | llama.cpp's chain (llama-server's) | ratio |")
+        print("|---:|---|---:|---:|---:|")
+        for temperature in temperatures:
+            sampling = preset_sampling(preset, temperature, seed)
+            ours, theirs = [], []
+            for r in range(5):
+                for who in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+                    if who == "ours":
+                        ours.append(per_id(lambda: LlamaCppSampler(sampling, seed, engine.n_vocab, 2048, chat)))
+                    else:
+                        theirs.append(per_id(lambda: ServerChain(sampling)))
+            o, t = statistics.median(ours), statistics.median(theirs)
+            penalty = f"{sampling.repeat_penalty} over {sampling.repeat_last_n}"
+            print(f"| {temperature} | {penalty} | {o:.1f} | {t:.1f} | {o / t:.2f}x |")
+    finally:
+        engine.close()
 
 
 def bench_prompts(model: Path, prompt_ids: int) -> tuple[list[int], list[int]]:
@@ -180,8 +272,8 @@ def amx_table(model: Path, rounds: int, ids: int, prompt_ids: int) -> None:
             for name in names[r % len(names):] + names[: r % len(names)]:
                 kind, handle = contestants[name]
                 one = local_round if kind == "local" else server_round
-                d, _ = one(handle, chat, ids)
-                _, p = one(handle, long_prompt, 2)
+                d, _, _ = one(handle, chat, ids)
+                _, p, _ = one(handle, long_prompt, 2)
                 runs.setdefault(name, ([], []))[0].append(d)
                 runs[name][1].append(p)
         amx_logged = "AMX" in (Path(tmp) / "True.log").read_text()
@@ -200,7 +292,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ids", type=int, default=128)
     parser.add_argument("--prompt-ids", type=int, default=1500)
-    parser.add_argument("--only", default="decode,startup")
+    parser.add_argument("--only", default="decode,startup", help="of decode,startup,sampling,amx")
+    parser.add_argument("--preset", default=None,
+                        help="decode and sampling with configs/models/NAME.toml's sampling (default: greedy, no "
+                             "repetition penalty)")
+    parser.add_argument("--temperatures", default="0", help="decode at each, e.g. 0,0.8 (0 = greedy)")
+    parser.add_argument("--seed", type=int, default=7, help="the seed both sides sample with")
+    parser.add_argument("--speculative", default="auto", help="tokchat's speculative setting (its default: auto)")
     args = parser.parse_args()
     model = Path(args.model) if Path(args.model).exists() else asset_path(args.model)
     only = set(args.only.split(","))
@@ -209,40 +307,59 @@ def main() -> int:
           f"model {model.name}")
     if "amx" in only:
         amx_table(model, args.rounds, args.ids, args.prompt_ids)
+    temperatures = [float(t) for t in args.temperatures.split(",")]
+    if "sampling" in only:
+        sampling_table(model, temperatures, args.preset, args.seed, 200)
     if "decode" in only:
         chat, long_prompt = bench_prompts(model, args.prompt_ids)
+        rows = []
         with tempfile.TemporaryDirectory() as tmp:
             server, url = start_server(model)
-            backend = open_backend(model, LoadOptions(backend="cpu", log_path=Path(tmp) / "engine.log"))
+            backend = open_backend(model, LoadOptions(backend="cpu", log_path=Path(tmp) / "engine.log",
+                                                      speculative=args.speculative))
             try:
                 server_round(url, chat, 8)
                 local_round(backend, chat, 8)
-                ours_d, theirs_d, ours_p, theirs_p = [], [], [], []
-                for r in range(args.rounds):
-                    order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
-                    for who in order:
-                        if who == "ours":
-                            d, _ = local_round(backend, chat, args.ids)
-                            _, p = local_round(backend, long_prompt, 2)
-                            ours_d.append(d)
-                            ours_p.append(p)
-                        else:
-                            d, _ = server_round(url, chat, args.ids)
-                            _, p = server_round(url, long_prompt, 2)
-                            theirs_d.append(d)
-                            theirs_p.append(p)
+                for temperature in temperatures:
+                    sampling = preset_sampling(args.preset, temperature, args.seed)
+                    ours_d, theirs_d, ours_p, theirs_p, same = [], [], [], [], []
+                    for r in range(args.rounds):
+                        order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
+                        replies = {}
+                        for who in order:
+                            if who == "ours":
+                                d, _, replies[who] = local_round(backend, chat, args.ids, sampling)
+                                _, p, _ = local_round(backend, long_prompt, 2, sampling)
+                                ours_d.append(d)
+                                ours_p.append(p)
+                            else:
+                                d, _, replies[who] = server_round(url, chat, args.ids, sampling)
+                                _, p, _ = server_round(url, long_prompt, 2, sampling)
+                                theirs_d.append(d)
+                                theirs_p.append(p)
+                        a, b = replies["ours"], replies["theirs"]
+                        same.append(len(a) if a == b else next(
+                            (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))
+                    rows.append((sampling, ours_d, theirs_d, ours_p, theirs_p, same))
             finally:
                 backend.close()
                 server.terminate()
                 server.wait(30)
-        md, td = statistics.median(ours_d), statistics.median(theirs_d)
-        mp, tp = statistics.median(ours_p), statistics.median(theirs_p)
-        print(f"\nthreads: tokchat {llama_default_threads()} (llama.cpp's default), llama-server its default")
+        print(f"\nthreads: tokchat {llama_default_threads()} (llama.cpp's default), llama-server its default; "
+              f"tokchat speculative {args.speculative}; sampling: {args.preset or 'no repetition penalty'}; "
+              f"medians of {args.rounds} paired rounds")
         print("| measure | tokchat | llama-server (defaults) | ratio |")
         print("|---|---:|---:|---:|")
-        print(f"| decode, {args.ids} ids, tok/s | {md:.1f} | {td:.1f} | {md / td:.2f}x |")
-        print(f"| prompt, {len(long_prompt)} ids, ids/s | {mp:.0f} | {tp:.0f} | {mp / tp:.2f}x |")
-        print(f"(rounds: tokchat decode {[round(x, 1) for x in ours_d]}, server {[round(x, 1) for x in theirs_d]})")
+        for sampling, ours_d, theirs_d, ours_p, theirs_p, same in rows:
+            md, td = statistics.median(ours_d), statistics.median(theirs_d)
+            mp, tp = statistics.median(ours_p), statistics.median(theirs_p)
+            label = f"temperature {sampling.temperature}, penalty {sampling.repeat_penalty}/{sampling.repeat_last_n}"
+            print(f"| decode, {args.ids} ids, {label}, tok/s | {md:.1f} | {td:.1f} | {md / td:.2f}x |")
+            print(f"| prompt, {len(long_prompt)} ids, {label}, ids/s | {mp:.0f} | {tp:.0f} | {mp / tp:.2f}x |")
+            agree = ", ".join(f"{k}/{args.ids}" for k in same)
+            print(f"(rounds: tokchat decode {[round(x, 1) for x in ours_d]}, server {[round(x, 1) for x in theirs_d]};"
+                  f" ids equal before the first difference: {agree}"
+                  f"{'' if sampling.greedy else ' (sampled, one seed: equal only as far as the two draws agree)'})")
     if "startup" in only:
         threads = str(llama_default_threads())
         with tempfile.TemporaryDirectory() as tmp:

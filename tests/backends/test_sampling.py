@@ -1,7 +1,7 @@
 """tokchat's sampling chain: the NumPy version (MLX) against llama.cpp's own samplers on the same logits.
 
-llama.cpp is the oracle: :class:`backends.llama_sampler.LlamaCppSampler`
-builds its chain from llama.cpp's samplers, and ``llama_sampler_apply`` shows
+llama.cpp is the oracle: :func:`backends.llama_sampler.llama_chain` builds
+llama-server's chain from llama.cpp's samplers, penalties included, and ``llama_sampler_apply`` shows
 what survives each setting.  The NumPy chain must keep the same ids with the
 same logits, and pick the same id when greedy.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from backends.base import SamplingParams, penalty_window, resolve_seed
-from backends.llama_sampler import LlamaCppSampler
+from backends.llama_sampler import llama_chain, penalty_last_n
 from backends.sampling import NumpySampler, apply_repetition_penalty, filter_candidates
 
 VOCAB = 300
@@ -23,16 +23,18 @@ def llama_apply(sampling: SamplingParams, logits: np.ndarray, context: list[int]
     """What llama.cpp's chain leaves of ``logits``: id -> logit, and the id it selected."""
     import llama_cpp
 
-    sampler = LlamaCppSampler(sampling, seed=1, n_vocab=len(logits), n_ctx=4096, context=context)
+    chain = llama_chain(sampling, seed=1, n_vocab=len(logits), last_n=penalty_last_n(sampling, 4096))
     try:
+        for token in penalty_window(context, sampling):
+            llama_cpp.llama_sampler_accept(chain, token)
         data = (llama_cpp.llama_token_data * len(logits))(
             *[llama_cpp.llama_token_data(i, float(x), 0.0) for i, x in enumerate(logits)])
         arr = llama_cpp.llama_token_data_array(data=data, size=len(logits), selected=-1, sorted=False)
-        llama_cpp.llama_sampler_apply(sampler.chain, ctypes.byref(arr))
+        llama_cpp.llama_sampler_apply(chain, ctypes.byref(arr))
         kept = {int(data[i].id): float(data[i].logit) for i in range(arr.size)}
         return kept, int(data[arr.selected].id)
     finally:
-        sampler.close()
+        llama_cpp.llama_sampler_free(chain)
 
 
 def _case(seed: int) -> tuple[np.ndarray, list[int]]:
