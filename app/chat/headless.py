@@ -236,8 +236,9 @@ def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, re
         return False
     session.forget_reply_ids()
     if recorder is not None:
-        record_switch(recorder, stored.info, switch, model=str(options.model_path or options.model or info.model_name),
-                      model_name=info.model_name, template=session.template.name)
+        model = str(options.model_path or options.model or info.model_name)
+        record_switch(recorder, stored.info, switch, model=model, model_name=info.model_name,
+                      template=session.template.name)
     print(f"tokchat: --resume {options.resume}: switched from {switch.was} to {now}{where} (another vocabulary; "
           "recorded in the conversation)", file=err)
     return True

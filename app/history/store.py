@@ -444,7 +444,8 @@ class ChatStore:
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, "interrupted" if unfinished else m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at,
                      m.finished_at if m.finished_at is not None or not unfinished else m.created_at,
-                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, m.parent_id, reply_json(m.opening, m.reply_ids)))
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, m.parent_id,
+                     reply_json(m.opening, m.reply_ids)))
             tip = conversation.messages[-1].id if conversation.messages else None
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (tip, info.id))
 
@@ -675,7 +676,8 @@ class ChatStore:
                     (conv_id, m.role, m.content, m.reasoning, m.prompt_tokens, m.completion_tokens,
                      m.reasoning_tokens, m.ttft_s, m.tokens_per_s, m.finish_reason,
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at,
-                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent, reply_json(m.opening, m.reply_ids)))
+                     json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent,
+                     reply_json(m.opening, m.reply_ids)))
                 new_id = int(cur.lastrowid)
                 if m.id:
                     new_ids[m.id] = new_id

@@ -31,7 +31,8 @@ def test_no_stand_in_messages_anywhere_in_the_app():
     hits = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "app").rglob("*.py"))
             for node in ast.walk(tree(path))
             if isinstance(node, (ast.Name, ast.Attribute, ast.alias))
-            and "SimpleNamespace" in (getattr(node, "id", "") or getattr(node, "attr", "") or getattr(node, "name", ""))]
+            and "SimpleNamespace" in (getattr(node, "id", "") or getattr(node, "attr", "")
+                                      or getattr(node, "name", ""))]
     assert hits == []
 
 
