@@ -25,7 +25,7 @@
  *       (_accel_gguf.c's merger_from_gguf builds the same table straight
  *       from a GGUF file's raw arrays, without a Python string per token.)
  *
- *   encode_text(merger, text, mode, flags, cache) (in _accel_encode.c)
+ *   encode_text(merger, text, mode, flags, cache, whole) (in _accel_encode.c)
  *       split() and Merger.encode() over a whole fragment, without a Python
  *       string per piece, each distinct piece merged once into a C cache.
  *
@@ -219,6 +219,18 @@ static int lookup_id(PyObject *vocab, PyObject *text, int32_t *out) {
     return 1;
 }
 
+void merger_keep_byte_chars(Merger *m, PyObject *byte_chars) {
+    m->byte_chars_ok = 1;
+    for (int b = 0; b < 256; b++) {
+        PyObject *c = PyList_GET_ITEM(byte_chars, b);
+        if (!PyUnicode_Check(c) || PyUnicode_GET_LENGTH(c) != 1) {
+            m->byte_chars_ok = 0;
+            return;
+        }
+        m->byte_chars[b] = PyUnicode_READ_CHAR(c, 0);
+    }
+}
+
 /* Merger(merges: list[str], vocab: dict[str, int], byte_chars: list[str], first_wins: bool) */
 static int Merger_init(Merger *m, PyObject *args, PyObject *kw) {
     PyObject *merges, *vocab, *byte_chars;
@@ -235,6 +247,7 @@ static int Merger_init(Merger *m, PyObject *args, PyObject *kw) {
         if (lookup_id(vocab, PyList_GET_ITEM(byte_chars, b), &id) < 0) return -1;
         m->byte_ids[b] = id;
     }
+    merger_keep_byte_chars(m, byte_chars);
     Py_ssize_t n = PyList_GET_SIZE(merges);
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2 + 16) cap <<= 1;

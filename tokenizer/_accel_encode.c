@@ -8,14 +8,16 @@
  *       passes it; clear() forgets everything (Tokenizer.clear_cache), len()
  *       counts the pieces.  Past CACHE_PIECES pieces it starts again empty.
  *
- *   encode_text(merger, text, mode, flags, cache) -> list[int] | None
+ *   encode_text(merger, text, mode, flags, cache, whole=None) -> list[int] | None
  *       The ids Merger.encode gives, piece after piece, for the pieces
  *       split(text, mode, flags) cuts, without a Python string per piece:
  *       the pieces are walked in the text's UTF-8 bytes, each distinct one
- *       merged once and kept in `cache`.  None when a piece needs Python
- *       (text with a lone surrogate, a byte without a token, a piece over
- *       MERGER_MAX_SCAN bytes): the caller then takes the per-piece path,
- *       which gives the same ids.
+ *       merged once and kept in `cache`.  `whole` (ignore_merges): the
+ *       vocabulary, text -> id; a piece that is a token is that one id
+ *       (looked up once per distinct piece, in the byte map's characters).
+ *       None when a piece needs Python (text with a lone surrogate, a byte
+ *       without a token, a piece over MERGER_MAX_SCAN bytes): the caller
+ *       then takes the per-piece path, which gives the same ids.
  *
  * Why: per piece, a Python string, a set entry, a dict entry and a list
  * extend cost about as much as merging it (multilingual text has few
@@ -181,9 +183,28 @@ static inline Py_ssize_t utf8_length(const Text *t, Py_ssize_t i, Py_ssize_t len
     return n;
 }
 
+/* the id of the token spelled as piece's bytes in the byte map (whole: text -> id): 1 found, 0 not,
+ * -1 error set */
+static int whole_token(const Merger *m, PyObject *whole, const unsigned char *piece, Py_ssize_t n, int32_t *id) {
+    Py_UCS4 most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) most = m->byte_chars[piece[i]] > most ? m->byte_chars[piece[i]] : most;
+    PyObject *key = PyUnicode_New(n, most); /* the narrowest kind, as Python's own strings */
+    if (!key) return -1;
+    int kind = PyUnicode_KIND(key);
+    void *data = PyUnicode_DATA(key);
+    for (Py_ssize_t i = 0; i < n; i++) PyUnicode_WRITE(kind, data, i, m->byte_chars[piece[i]]);
+    PyObject *value = PyDict_GetItemWithError(whole, key);
+    Py_DECREF(key);
+    if (!value) return PyErr_Occurred() ? -1 : 0;
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *id = (int32_t)v;
+    return 1;
+}
+
 /* the ids of text, into *out (*count of them); 1 done, 0 Python must decide, -1 error set */
 static int encode_into(Merger *m, PieceCache *cache, PyObject *text, int mode, int fold_long_s,
-                       const unsigned char *flags, int32_t **out, size_t *count, size_t *cap) {
+                       const unsigned char *flags, PyObject *whole, int32_t **out, size_t *count, size_t *cap) {
     Py_ssize_t nbytes;
     const unsigned char *utf8 = (const unsigned char *)PyUnicode_AsUTF8AndSize(text, &nbytes);
     if (!utf8) {
@@ -212,7 +233,9 @@ static int encode_into(Merger *m, PieceCache *cache, PyObject *text, int mode, i
                 ids = cache->ids + s->ids_off;
                 k = s->ids_len;
             } else {
-                if ((k = merger_merge(m, piece, n, merged)) < 0) return 0;
+                int found = whole ? whole_token(m, whole, piece, n, merged) : 0;
+                if (found < 0) return -1;
+                if ((k = found ? 1 : merger_merge(m, piece, n, merged)) < 0) return 0;
                 if (cache_add(cache, piece, (size_t)n, h, merged, (size_t)k) < 0) return -1;
             }
         }
@@ -223,24 +246,29 @@ static int encode_into(Merger *m, PieceCache *cache, PyObject *text, int mode, i
     return 1;
 }
 
-/* encode_text(merger, text, mode, flags, cache) -> list[int] | None */
+/* encode_text(merger, text, mode, flags, cache, whole=None) -> list[int] | None */
 static PyObject *py_encode_text(PyObject *self, PyObject *args) {
-    PyObject *merger, *text, *cache;
+    PyObject *merger, *text, *cache, *whole = Py_None;
     int mode;
     Py_buffer flags;
-    if (!PyArg_ParseTuple(args, "O!Uiy*O!", &MergerType, &merger, &text, &mode, &flags, &PieceCacheType, &cache))
+    if (!PyArg_ParseTuple(args, "O!Uiy*O!|O", &MergerType, &merger, &text, &mode, &flags, &PieceCacheType, &cache,
+                          &whole))
         return NULL;
     int fold_long_s = (mode & MODE_FOLD_LONG_S) != 0;
     mode &= ~MODE_FOLD_LONG_S;
-    if (flags.len < 0x110000 || mode < 0 || mode > MODE_STARCODER) {
+    const char *bad = flags.len < 0x110000 || mode < 0 || mode > MODE_STARCODER ? "bad mode or flag table"
+                      : whole != Py_None && !PyDict_Check(whole) ? "whole must be a dict or None"
+                      : whole != Py_None && !((Merger *)merger)->byte_chars_ok ? "the merger has no byte map"
+                      : NULL;
+    if (bad) {
         PyBuffer_Release(&flags);
-        PyErr_SetString(PyExc_ValueError, "encode_text: bad mode or flag table");
+        PyErr_Format(PyExc_ValueError, "encode_text: %s", bad);
         return NULL;
     }
     int32_t *ids = NULL;
     size_t count = 0, cap = 0;
-    int done = encode_into((Merger *)merger, (PieceCache *)cache, text, mode, fold_long_s, flags.buf, &ids, &count,
-                           &cap);
+    int done = encode_into((Merger *)merger, (PieceCache *)cache, text, mode, fold_long_s, flags.buf,
+                           whole == Py_None ? NULL : whole, &ids, &count, &cap);
     PyBuffer_Release(&flags);
     PyObject *out = NULL;
     if (done > 0 && (out = PyList_New((Py_ssize_t)count))) {
@@ -262,7 +290,7 @@ static PyObject *py_encode_text(PyObject *self, PyObject *args) {
 
 static PyMethodDef encode_methods[] = {
     {"encode_text", py_encode_text, METH_VARARGS,
-     "encode_text(merger, text, mode, flags, cache) -> list[int] | None: split and merge in C"},
+     "encode_text(merger, text, mode, flags, cache, whole=None) -> list[int] | None: split and merge in C"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -292,6 +292,7 @@ static PyObject *py_merger_from_gguf(PyObject *self, PyObject *args) {
         if (!text) goto fail;
         m->byte_ids[b] = n ? token_id(&table, (const unsigned char *)text, (size_t)n) : -1;
     }
+    merger_keep_byte_chars(m, byte_chars);
     if (fill_pairs(m, &table, merges.buf, (uint64_t)merges.len, n_merges, first_wins) < 0) goto fail;
     PyMem_Free(table.slots);
     PyBuffer_Release(&tokens);

@@ -20,6 +20,10 @@ typedef struct {
     Slot *slots;
     uint64_t mask;
     int32_t byte_ids[256];
+    /* the code point standing for each byte in the vocabulary's text (GPT-2's byte map), for the
+     * whole-piece lookup of ignore_merges; byte_chars_ok is 0 when they were not single characters */
+    Py_UCS4 byte_chars[256];
+    int byte_chars_ok;
 } Merger;
 
 /* defined in _accel.c */
@@ -49,6 +53,9 @@ static inline Slot *merger_find_slot(Merger *m, uint64_t key) {
 /* defined in _accel.c: rank-based BPE over one piece's UTF-8 bytes, the ids into sym (room for n);
  * their count, or -1 when Python must decide (a byte without a token, more than MERGER_MAX_SCAN bytes) */
 Py_ssize_t merger_merge(Merger *m, const unsigned char *bytes, Py_ssize_t n, int32_t *sym);
+
+/* defined in _accel.c: keep byte_chars (256 one-character strings) in m->byte_chars */
+void merger_keep_byte_chars(Merger *m, PyObject *byte_chars);
 
 /* defined in _accel_gguf.c: adds gguf_strings and merger_from_gguf to the module */
 int accel_gguf_add(PyObject *module);

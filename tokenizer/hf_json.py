@@ -246,9 +246,10 @@ def _load_tokenizer_json(path: Path) -> Tokenizer:
                    merger=(lambda: make_merger(merges, vocab, first_wins=False)) if byte_level else None)
 
     caches: list[PieceCache] = [bpe.cache]
-    # one C split step and byte-level BPE: split and merged in C at once (ignore_merges needs piece_ids)
-    whole = (fragment_encoder(bpe.built_merger, steps[0].mode, caches, llama=False)
-             if len(steps) == 1 and isinstance(steps[0], _CSplit) and byte_level and not bpe.ignore_merges else None)
+    # one C split step and byte-level BPE: split and merged in C at once
+    whole = (fragment_encoder(bpe.built_merger, steps[0].mode, caches, llama=False,
+                              whole=vocab if bpe.ignore_merges else None)
+             if len(steps) == 1 and isinstance(steps[0], _CSplit) and byte_level else None)
 
     def encode_fragment(text: str) -> list[int]:
         if normalize is not None:

@@ -131,15 +131,15 @@ def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | No
                    merger=lambda: make_merger(merges, ids, first_wins=True, raw=raw))
     caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
-    # split and merged in C when the splitter is C's (ignore_merges needs the whole-piece lookup of piece_ids)
-    whole = (fragment_encoder(bpe.built_merger, pretok.c_mode, caches)
-             if pretok.c_mode is not None and not ignore_merges else None)
+    # split and merged in C when the splitter is C's (ignore_merges: a piece that is a token is that token)
+    whole = (fragment_encoder(bpe.built_merger, pretok.c_mode, caches, whole=ids if ignore_merges else None)
+             if pretok.c_mode is not None else None)
 
     def encode_fragment(text: str) -> list[int]:
         if whole is not None:
-            ids = whole(text)
-            if ids is not None:
-                return ids
+            found = whole(text)
+            if found is not None:
+                return found
         return encode_pieces(split(text))
 
     def render(text: str) -> bytes:

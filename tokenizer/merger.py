@@ -43,12 +43,13 @@ def _merger_from_strings(accel, merges: list, ids: dict[str, int], first_wins: b
         return None
 
 
-def fragment_encoder(merger: Callable[[], Any], c_mode: int, caches: list[PieceCache],
-                     llama: bool = True) -> Callable[[str], list[int] | None] | None:
+def fragment_encoder(merger: Callable[[], Any], c_mode: int, caches: list[PieceCache], llama: bool = True,
+                     whole: dict[str, int] | None = None) -> Callable[[str], list[int] | None] | None:
     """Split and merge a whole fragment in C (``tokenizer._accel.encode_text``), or None without the accelerator.
 
     ``merger`` returns the model's merger (built on first use); ``c_mode`` is
-    the C splitter's mode and ``llama`` its classes (:func:`tokenizer.accel.flag_table`).  The returned function gives the ids that splitting
+    the C splitter's mode and ``llama`` its classes (:func:`tokenizer.accel.flag_table`);
+    ``whole``: the vocabulary when a piece that is a token is that token (``ignore_merges``).  The returned function gives the ids that splitting
     with ``tokenizer._accel.split`` and merging each piece with
     ``Merger.encode`` give, or None where that path leaves a piece to Python
     (the caller then encodes piece by piece).  Its piece cache, kept in C, is
@@ -69,6 +70,6 @@ def fragment_encoder(merger: Callable[[], Any], c_mode: int, caches: list[PieceC
         m = merger()
         if type(m) is not merger_type:  # the pure-Python IdMerger: merges C could not express
             return None
-        return encode_text(m, text, c_mode, flag_table(llama), cache)
+        return encode_text(m, text, c_mode, flag_table(llama), cache, whole)
 
     return encode

@@ -16,7 +16,7 @@ import sys
 from typing import Callable
 
 import pytest
-from conftest import ours
+from conftest import llama, ours
 from tok_corpus import corpus
 
 from assets import asset_path
@@ -93,10 +93,11 @@ def test_a_cold_encode_does_no_python_work_per_piece(name):
     assert calls[0] == calls[1], f"{calls[0]} Python calls for 300 distinct words, {calls[1]} for 3,000"
 
 
-#: one vocabulary per C splitter mode that takes the fragment path (llama3's llama-bpe GGUF has
-#: ignore_merges), and the tokenizer.json files whose one Split regex the C splitter knows
+#: one vocabulary per C splitter mode (llama3's llama-bpe GGUF with ignore_merges), and the
+#: tokenizer.json files whose one Split regex the C splitter knows
 _FRAGMENT_VOCABS = {"qwen2": "qwen2.5-coder-0.5b.gguf", "starcoder": "smollm2.gguf", "gpt2": "ggml-vocab-gpt-2.gguf",
                     "qwen35": "ggml-vocab-qwen35.gguf", "starcoder-vocab": "ggml-vocab-starcoder.gguf",
+                    "llama3-ignore-merges": "ggml-vocab-llama-bpe.gguf",
                     "qwen2-json": "qwen2.5-tokenizer", "llama3-json": "llama3.2-tokenizer"}
 
 
@@ -155,3 +156,28 @@ def test_encode_text_refuses_a_bad_mode_or_flag_table(qwen_merger):
         accel.encode_text(qwen_merger, "text", SPLIT_MODES["qwen2"], b"\x01" * 100, cache)
     with pytest.raises(TypeError):
         accel.encode_text(qwen_merger, "text", SPLIT_MODES["qwen2"], flag_table(), {})
+    with pytest.raises(ValueError, match="whole must be a dict or None"):
+        accel.encode_text(qwen_merger, "text", SPLIT_MODES["qwen2"], flag_table(), cache, ["not", "a", "dict"])
+
+
+def test_with_ignore_merges_a_piece_that_is_a_token_stays_whole():
+    """Llama 3 (ignore_merges): tokens that merging their bytes would not rebuild still come out whole,
+    as llama.cpp gives them (the C path looks each new piece up in the vocabulary first)."""
+    path = asset_path("llama.cpp-models") / "ggml-vocab-llama-bpe.gguf"
+    g = read_gguf(path)
+    merger = make_merger(g.kv["tokenizer.ggml.merges"], read_vocab(g)["ids"], first_wins=True, raw=g.raw)
+    tok, mode = ours(str(path)), SPLIT_MODES["llama3"]
+    unmergeable = []
+    for tid in range(tok.vocab_size):
+        try:
+            text = tok.token_bytes(tid).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if (not tok.is_special(tid) and accel.split(text, mode, flag_table()) == [text]
+                and merger.encode(text) not in (None, [tid])):
+            unmergeable.append(text)
+    assert len(unmergeable) > 10
+    oracle = llama(str(path))
+    tok.clear_cache()
+    for text in unmergeable[:200]:
+        assert tok.encode(text) == oracle.tokenize(text.encode("utf-8"), add_bos=False, special=False), text
