@@ -93,7 +93,10 @@ class ModelDrafter:
         self.ids.extend(int(t) for t in ids)
 
     def draft(self, limit: int) -> list[int]:
-        """Up to ``min(limit, config.max_draft)`` ids the draft model would say next, greedy."""
+        """Up to ``min(limit, config.max_draft)`` ids the draft model would say next, greedy.
+
+        The draft length is this config's: the reply's :class:`backends.speculative.Speculator` passes only
+        the room the context and the reply have left (prompt lookup's adaptive length is lookup's own)."""
         cap = min(limit, self.config.max_draft)
         if cap < 1 or not self.ids:
             return []

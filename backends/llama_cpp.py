@@ -21,7 +21,9 @@ and the step keeps the agreed prefix plus the first id of the model's own,
 dropping the rest from the KV cache.  The cache then holds exactly what the
 plain loop leaves (the prompt and every emitted id but the last), so prompt
 reuse on the next turn and ``stats.prompt_evaluated`` are unchanged;
-``stats.draft`` says how many ids were drafted and kept.
+``stats.draft`` says how many ids were drafted and kept.  One
+:class:`backends.speculative.Speculator` per reply owns the sources, the
+policies over them and the counts; the decode loop only verifies.
 
 A draft model (``LoadOptions.draft_model``, :mod:`backends.draft_model`) loads
 in a second context beside the main one after tokchat checked that the two
@@ -48,17 +50,18 @@ from typing import Callable, Collection, Sequence
 
 from backends import gpu_inventory
 from backends.base import (
-    BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
+    BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener,
     PromptProgress, SamplingParams, checked_prompt, common_prefix_length, resolve_seed,
 )
 from backends.cpu import available_cpus, llama_default_threads
+from backends.draft_model import DraftModelConfig
 from backends.engine_log import capture_llama_log
 from backends.fit import default_offload
 from backends.kv_types import F16, KvType, KvTypeError, parse_kv_type
 from backends.llama_sampler import LlamaCppSampler
 from backends.model_meta import known_meta
 from backends.offload import DraftedPlan, out_of_memory_message, ran_out_of_memory, read_load_report
-from backends.speculative import MODES, AutoPolicy, DrafterConfig, NgramDrafter, SpeedCheck
+from backends.speculative import MODES, DrafterConfig, Speculator
 from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
 from backends.worker import Worker, new_worker
 
@@ -87,40 +90,6 @@ def _log_since(path: Path | None, start: int) -> str:
         return ""
 
 
-class DraftSources:
-    """Prompt lookup where the context repeats itself, the draft model everywhere else.
-
-    ``speed`` (``auto``) sets the draft model aside for the rest of the reply
-    when its steps emit ids more slowly than plain steps (:class:`SpeedCheck`);
-    ``draft`` asks it at every step whatever it costs.
-    """
-
-    def __init__(self, ngram: NgramDrafter | None, model, speed: SpeedCheck | None = None) -> None:
-        self.ngram = ngram
-        self.model = model
-        self.speed = speed
-        #: whether the latest :meth:`draft` asked the draft model (it then paid for its decodes)
-        self.asked_model = False
-
-    def extend(self, ids: Sequence[int]) -> None:
-        if self.ngram is not None:
-            self.ngram.extend(ids)
-        self.model.extend(ids)
-
-    def draft(self, limit: int | None = None, room: int | None = None, long_only: bool = False) -> list[int]:
-        found = self.ngram.draft(limit, room, long_only) if self.ngram is not None else []
-        self.asked_model = not found and not long_only and (self.speed is None or self.speed.may_ask_model())
-        if self.asked_model:  # a draft model that keeps failing is not asked again once auto gave up
-            found = self.model.draft(limit if limit is not None else self.model.config.max_draft)
-        return found
-
-    def step_took(self, seconds: float, ids: int, *, drafted: bool) -> None:
-        """The step that followed the latest :meth:`draft` emitted ``ids`` in ``seconds`` (``drafted``: it
-        verified a draft)."""
-        if self.speed is not None:
-            self.speed.record(seconds, ids, asked_model=self.asked_model, drafted=drafted)
-
-
 def default_threads() -> int:
     """llama.cpp's own default (:func:`backends.cpu.llama_default_threads`)."""
     return llama_default_threads()
@@ -134,9 +103,10 @@ class LlamaCppBackend:
         #: run the engine on the caller's thread (the engine process's main thread) instead of a thread of its own
         self._inline = inline
         self.info = BackendInfo(backend="llama.cpp", device=device, model_name="", quantization="", context_size=0)
-        #: the ``speculative`` setting (backends.speculative.MODES) and the drafter's tuning
+        #: the ``speculative`` setting (backends.speculative.MODES), prompt lookup's tuning and the draft model's
         self.speculative = "auto"
         self.drafter_config = DrafterConfig()
+        self.draft_config = DraftModelConfig()
         #: what times a decode step for ``auto``'s draft-model check (:class:`SpeedCheck`); a test may count cost instead
         self.clock: Callable[[], float] = time.perf_counter
         self.log_path: Path | None = None
@@ -252,7 +222,7 @@ class LlamaCppBackend:
 
         Refused in one line when its vocabulary is not the main model's id for id.
         """
-        from backends.draft_model import DraftModelConfig, vocab_difference
+        from backends.draft_model import vocab_difference
         from backends.llama_engine import LlamaEngine, LlamaEngineError
         from tokenizer.errors import TokenizerError
 
@@ -277,7 +247,7 @@ class LlamaCppBackend:
             self.close()
             raise BackendError(f"llama.cpp could not load the draft model {path.name}: {exc}") from exc
         report = read_load_report(_log_since(self.log_path, start))
-        return (f"draft model {path.name}: drafts up to {DraftModelConfig().max_draft} ids a step for the main "
+        return (f"draft model {path.name}: drafts up to {self.draft_config.max_draft} ids a step for the main "
                 f"model ({report.total_mib('model'):.0f} MiB of weights + {report.total_mib('KV'):.0f} MiB of KV "
                 "cache)")
 
@@ -384,10 +354,10 @@ class LlamaCppBackend:
                 return
             constraint = self._constrained(sampling, stops)
             sampler = LlamaCppSampler(sampling, seed, engine.n_vocab, n_ctx, prompt, constraint)
-            policy = AutoPolicy(self.speculative, config=self.drafter_config)
-            self._publish_counts(stats, policy)
+            speculator = self._speculator(prompt)
+            stats.draft = speculator.counts()
             try:
-                self._decode_loop(prompt, sampling.max_tokens, stops, sampler, policy, stats, emit, cancelled)
+                self._decode_loop(prompt, sampling.max_tokens, stops, sampler, speculator, stats, emit, cancelled)
             except LlamaEngineError as exc:
                 raise BackendError(str(exc)) from exc
             finally:
@@ -421,7 +391,7 @@ class LlamaCppBackend:
             raise BackendError(str(exc)) from exc
 
     def _decode_loop(self, prompt: list[int], max_tokens: int, stops: frozenset[int], sampler: LlamaCppSampler,
-                     policy: AutoPolicy, stats: GenerationStats, emit: Callable[[int], None],
+                     speculator: Speculator, stats: GenerationStats, emit: Callable[[int], None],
                      cancelled: Callable[[], bool]) -> None:
         """Emit the reply's ids, one per step or a drafted run per step; see the module docstring.
 
@@ -434,79 +404,53 @@ class LlamaCppBackend:
         """
         engine = self._engine
         n_ctx = engine.n_ctx()
-        drafter = self._drafter(prompt) if policy.active else None
-        sources = drafter if isinstance(drafter, DraftSources) else None
-        clock = self.clock
+        # drafted ids the constraint refuses are cut before the batch verifies them
+        cut = sampler.constraint.cut_draft if sampler.constraint is not None else None
         emitted = 1
         token = sampler.sample(engine.ctx)
         self._publish_mask(stats, sampler)
         emit(token)
         while not (token in stops or emitted >= max_tokens or cancelled() or len(engine.tokens) >= n_ctx):
-            started = clock()
             base = len(engine.tokens)
-            draft: list[int] = []
-            if drafter is not None:
-                drafter.extend((token,))
-                # room for the draft: the context's free positions after ``token``, ids the reply may still emit
-                room = min(n_ctx - base - 1, max_tokens - emitted - 1)
-                # once auto gave up on chance matches, only a long match (a copy) still drafts
-                draft = drafter.draft(min(room, policy.limit), room, long_only=not policy.active)
-                if draft and sampler.constraint is not None:
-                    # drafted ids the constraint refuses are cut before the batch verifies them
-                    draft = sampler.constraint.cut_draft(draft)
-                    if len(draft) < self.drafter_config.min_draft:
-                        draft = []
+            # room for the draft: the context's free positions after ``token``, ids the reply may still emit
+            room = min(n_ctx - base - 1, max_tokens - emitted - 1)
+            draft = speculator.draft(token, room, cut)
             if not draft:
                 engine.decode((token,))
                 token = sampler.sample(engine.ctx)
                 self._publish_mask(stats, sampler)
                 emitted += 1
                 emit(token)
-                if sources is not None:
-                    sources.step_took(clock() - started, 1, drafted=False)
+                speculator.plain_step()
                 continue
             engine.decode([token, *draft], logits="all")
-            accepted = 0
+            batch: list[int] = []
             for i in range(len(draft) + 1):
                 token = sampler.sample(engine.ctx, i)
                 self._publish_mask(stats, sampler)
                 emitted += 1
-                agreed = i < len(draft) and token == draft[i]
-                accepted += agreed
-                self._publish_counts(stats, policy, len(draft), accepted)
+                batch.append(token)
+                stats.draft = speculator.counts(batch)  # current before the id goes out: a reader stops at a stop id
                 emit(token)
+                agreed = i < len(draft) and token == draft[i]
                 if (not agreed or token in stops or emitted >= max_tokens or cancelled()
                         or base + i + 1 >= n_ctx):
                     break
-                drafter.extend((token,))
             # the cache keeps the batch up to the id before the last emitted one, as the plain loop would
-            engine.truncate(base + i + 1)
-            policy.record(len(draft), accepted)
-            if sources is not None:
-                sources.step_took(clock() - started, i + 1, drafted=True)
+            engine.truncate(base + len(batch))
+            speculator.verified(batch)
         if not (token in stops or emitted >= max_tokens) and len(engine.tokens) >= n_ctx:
             stats.end("length")  # the context is full: the caller sees no reason of its own
 
-    def _drafter(self, prompt: list[int]) -> "NgramDrafter | DraftSources":
-        """Where drafts come from: prompt lookup, the draft model, or both (lookup first: it costs nothing)."""
-        if self._draft_engine is None:
-            return NgramDrafter(prompt, self.drafter_config)
-        from backends.draft_model import ModelDrafter
+    def _speculator(self, prompt: list[int]) -> Speculator:
+        """This reply's :class:`Speculator`: prompt lookup, the draft model where one is loaded (``draft``,
+        ``auto``), or nothing (``off``)."""
+        model = None
+        if self._draft_engine is not None and self.speculative != "off":
+            from backends.draft_model import ModelDrafter
 
-        model = ModelDrafter(self._draft_engine, prompt)
-        ngram = NgramDrafter(prompt, self.drafter_config) if self.speculative in ("auto", "ngram") else None
-        return DraftSources(ngram, model, SpeedCheck() if self.speculative == "auto" else None)
-
-    def _publish_counts(self, stats: GenerationStats, policy: AutoPolicy, drafting: int = 0,
-                        accepted: int = 0) -> None:
-        """Make ``stats.draft`` current before an id is emitted.
-
-        A reader stops at the stop id (the session closes the stream there),
-        so counts set only when the loop ends would never reach it; ``drafting``
-        and ``accepted`` are the batch under way, not yet in ``policy``.
-        """
-        if self.speculative != "off":
-            stats.draft = DraftCounts(policy.drafted + drafting, policy.accepted + accepted)
+            model = ModelDrafter(self._draft_engine, prompt, self.draft_config)
+        return Speculator(self.speculative, prompt, config=self.drafter_config, model=model, clock=self.clock)
 
     @staticmethod
     def _publish_mask(stats: GenerationStats, sampler: LlamaCppSampler) -> None:

@@ -20,17 +20,26 @@ the id comes from ``p`` with ``x`` removed and renormalised, which is ``y``
 given ``y != x``.  Drawing ``y`` first also spends the random generator
 exactly as the plain loop does, one draw per emitted id, so a seeded reply
 is the same with speculation on or off; greedy is the special case of a
-one-hot ``p``.  :func:`speculative_accept` is the general rule for a draft
-that has its own distribution ``q`` (a draft model), kept here and tested
-against the target distribution.
+one-hot ``p``.  A draft model's greedy drafts are one-hot too
+(:mod:`backends.draft_model`), so this one rule serves both sources.
+
+One :class:`Speculator` per reply owns all of it: the sources (prompt lookup,
+a draft model), the policies that decide whether each is asked and how long
+its draft is (:class:`AutoPolicy` for lookup drafts, :class:`SpeedCheck` for
+the draft model, whose length is its own ``DraftModelConfig.max_draft``),
+the step timing and the reply's drafted / accepted counts.  The engine's
+decode loop asks it for a draft, verifies it, and tells it what came out.
 
 Not handled: tree drafts, several sequences, MLX (its backend samples with
 NumPy in the parent; wiring the drafter there is left for an Apple machine).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Protocol, Sequence
+
+from backends.base import DraftCounts
 
 #: the ``speculative`` setting's values
 MODES = ("auto", "off", "ngram", "draft")
@@ -203,32 +212,6 @@ def accept_draft(draft: Sequence[int], sampled: Sequence[int]) -> int:
     return k
 
 
-def speculative_accept(p, q, x: int, rng) -> int:
-    """The standard speculative-sampling step for one draft id ``x`` drawn from ``q``: the id to emit.
-
-    Keep ``x`` with probability ``min(1, p[x] / q[x])``; otherwise draw from
-    ``max(0, p - q)`` renormalised.  The id emitted is then distributed as
-    ``p`` whatever ``q`` is.  ``p`` and ``q`` are 1-D probability arrays over
-    the same ids (NumPy), ``rng`` a ``numpy.random.Generator``.  With ``q``
-    one-hot at ``x`` this keeps ``x`` with probability ``p[x]`` and otherwise
-    draws from ``p`` without ``x``, which is what :func:`accept_draft` does
-    by drawing from ``p`` first.
-    """
-    import numpy as np
-
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    if q[x] <= 0:
-        raise ValueError("the draft id must have a positive draft probability")
-    if rng.random() < min(1.0, p[x] / q[x]):
-        return x
-    residual = np.maximum(p - q, 0.0)
-    total = residual.sum()
-    if total <= 0:  # p == q: a rejection cannot happen; kept for rounding
-        return x
-    return int(rng.choice(len(p), p=residual / total))
-
-
 class SpeedCheck:
     """Whether the draft model pays in this reply, judged by how fast its steps emit ids against plain steps.
 
@@ -282,14 +265,16 @@ class SpeedCheck:
 
 
 class AutoPolicy:
-    """When to draft during one reply.
+    """When prompt lookup drafts during one reply, and how long its next draft is.
 
     ``ngram`` drafts whenever the drafter finds a match.  ``auto`` does too,
-    but gives up for the rest of the reply once drafts keep failing: after
-    ``fail_streak`` drafts in a row with nothing accepted, or after
-    ``min_drafted`` drafted ids of which fewer than ``min_rate`` were
+    but gives up on chance matches for the rest of the reply once drafts keep
+    failing: after ``fail_streak`` drafts in a row with nothing accepted, or
+    after ``min_drafted`` drafted ids of which fewer than ``min_rate`` were
     accepted, so that fresh prose, where matches are chance, does not pay for
-    batches it throws away.
+    batches it throws away.  Only lookup drafts are recorded here (their own
+    ``drafted``/``accepted``, this rule's input); a draft model is judged by
+    :class:`SpeedCheck` alone.
     """
 
     def __init__(self, mode: str, *, fail_streak: int = 4, min_drafted: int = 48, min_rate: float = 0.3,
@@ -323,3 +308,114 @@ class AutoPolicy:
             self.active = False
         elif self.drafted >= self.min_drafted and self.accepted < self.min_rate * self.drafted:
             self.active = False
+
+
+class ModelSource(Protocol):
+    """A draft model kept in step with the reply (:class:`backends.draft_model.ModelDrafter`)."""
+
+    def extend(self, ids: Sequence[int]) -> None: ...
+
+    def draft(self, limit: int) -> list[int]:
+        """Up to ``limit`` ids, never more than the draft model's own ``max_draft``."""
+        ...
+
+
+class Speculator:
+    """One reply's speculation: its sources, the policies over them, its step timing and its counts.
+
+    The sources: prompt lookup (:class:`NgramDrafter`, ``auto`` and ``ngram``)
+    and a draft model (``model``, loaded for ``draft`` and ``auto``).  Lookup
+    goes first (it costs nothing); the draft model is asked where lookup found
+    nothing.  Who decides what, each once:
+
+    - whether lookup drafts chance matches, and its draft length:
+      :class:`AutoPolicy` (after ``auto`` gave up, only a copy, a long match,
+      still drafts);
+    - whether the draft model is asked: :class:`SpeedCheck` under ``auto``
+      (timed with ``clock``), always under ``draft``;
+    - the draft model's length: its own ``DraftModelConfig.max_draft``;
+    - ``drafted``/``accepted``: here, over both sources.
+
+    The engine's loop, per step: :meth:`draft` with the id just emitted, then
+    :meth:`plain_step` when nothing was drafted, or :meth:`verified` with the
+    ids the batch emitted.  ``off`` drafts nothing and counts nothing.
+    """
+
+    def __init__(self, mode: str, context: Sequence[int], *, config: DrafterConfig = DrafterConfig(),
+                 model: ModelSource | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        if mode not in MODES:
+            raise ValueError(f"speculative must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.config = config
+        self.clock = clock
+        drafting = mode != "off"
+        self.model = model if drafting else None
+        #: prompt lookup: wherever it drafts, and always where there is no draft model to draft instead
+        lookup = drafting and (model is None or mode in ("auto", "ngram"))
+        self.ngram = NgramDrafter(context, config) if lookup else None
+        self.policy = AutoPolicy(mode, config=config) if lookup else None
+        self.speed = SpeedCheck() if self.model is not None and mode == "auto" else None
+        self.drafted = 0
+        self.accepted = 0
+        #: the latest :meth:`draft`'s ids, whether it asked the draft model (it then paid for its decodes), and
+        #: when its step started
+        self._draft: list[int] = []
+        self._asked_model = False
+        self._started = 0.0
+
+    def draft(self, last: int, room: int, cut: Callable[[list[int]], list[int]] | None = None) -> list[int]:
+        """The ids to verify after ``last`` (the id just emitted, now added to the context); ``[]``: a plain step.
+
+        ``room``: how many ids the context and the reply still take after
+        ``last``.  ``cut`` shortens a draft to what a constraint allows; a
+        draft cut under ``config.min_draft`` ids is dropped.
+        """
+        self._started = self.clock()
+        self._extend((last,))
+        found: list[int] = []
+        if self.ngram is not None and self.policy is not None:
+            found = self.ngram.draft(min(room, self.policy.limit), room, long_only=not self.policy.active)
+        self._asked_model = (not found and self.model is not None
+                             and (self.speed is None or self.speed.may_ask_model()))
+        if self._asked_model and self.model is not None:
+            found = self.model.draft(room)
+        if found and cut is not None:
+            found = cut(found)
+            if len(found) < self.config.min_draft:
+                found = []
+        self._draft = found
+        return found
+
+    def plain_step(self) -> None:
+        """The step after the latest :meth:`draft` verified nothing and emitted one id."""
+        self._draft = []
+        if self.speed is not None:
+            self.speed.record(self.clock() - self._started, 1, asked_model=self._asked_model, drafted=False)
+
+    def verified(self, emitted: Sequence[int]) -> None:
+        """The batch that verified the latest draft emitted ``emitted``: the draft's agreed prefix, then at most
+        one id of the model's own (fewer where the reply ended inside the batch)."""
+        draft, self._draft = self._draft, []
+        accepted = accept_draft(draft, emitted)
+        self.drafted += len(draft)
+        self.accepted += accepted
+        self._extend(emitted[:-1])  # the last one comes with the next draft()
+        if not self._asked_model and self.policy is not None:
+            self.policy.record(len(draft), accepted)
+        if self.speed is not None:
+            self.speed.record(self.clock() - self._started, len(emitted), asked_model=self._asked_model,
+                              drafted=True)
+
+    def counts(self, batch: Sequence[int] = ()) -> DraftCounts | None:
+        """The reply's counts so far, None under ``off``; ``batch``: the ids the batch under way emitted so far
+        (its draft counts from its first id on: the reader may stop at any id, the stop id included)."""
+        if self.mode == "off":
+            return None
+        pending = accept_draft(self._draft, batch) if batch else 0
+        return DraftCounts(self.drafted + (len(self._draft) if batch else 0), self.accepted + pending)
+
+    def _extend(self, ids: Sequence[int]) -> None:
+        if self.ngram is not None:
+            self.ngram.extend(ids)
+        if self.model is not None:
+            self.model.extend(ids)

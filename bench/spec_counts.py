@@ -16,9 +16,10 @@ not.  For every workload of ``bench_speculative.py`` (one greedy reply of
 
 ``--simulate`` needs no model: it replays the drafter and the ``auto``
 policy over the greedy replies saved by the last real run (in the temporary
-directory, ``tokchat-spec-replies.json``), the way ``LlamaCppBackend._decode_loop``
-drives them, a draft kept as far as it agrees with the saved reply.  The
-same counts come out as from the engine unless a batch's kernel rounding
+directory, ``tokchat-spec-replies.json``) through the same
+:class:`~backends.speculative.Speculator` that ``LlamaCppBackend._decode_loop``
+drives, a draft kept as far as it agrees with the saved reply.  The same
+counts come out as from the engine unless a batch's kernel rounding
 tips a near-tie, so drafter changes can be tried in seconds.
 
     .venv/bin/python bench/spec_counts.py [--ids 300] [--only "fresh prose,typo fix"] [--no-server]
@@ -38,7 +39,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_speculative import forget, server_round, start_server, workloads  # noqa: E402
 
 from backends import LoadOptions, SamplingParams  # noqa: E402
-from backends.speculative import AutoPolicy, DrafterConfig, NgramDrafter  # noqa: E402
+from backends.speculative import DrafterConfig, Speculator  # noqa: E402
 
 SAVED = Path(tempfile.gettempdir()) / "tokchat-spec-replies.json"
 SERVER_TYPES = ("ngram-mod", "ngram-simple")
@@ -52,32 +53,27 @@ def simulate(prompt: list[int], reply: list[int], mode: str = "auto",
     large enough); a draft is kept up to its first id that differs from
     ``reply``, then the reply's own id follows, as a greedy engine emits it.
     """
-    policy = AutoPolicy(mode, config=config)
-    drafter = NgramDrafter(prompt, config) if policy.active else None
+    speculator = Speculator(mode, prompt, config=config)
     n = len(reply)
     emitted, batches = 1, 0
     while emitted < n:
         token = reply[emitted - 1]
-        draft: list[int] = []
-        if drafter is not None:
-            drafter.extend((token,))
-            room = n - emitted - 1
-            draft = drafter.draft(min(room, policy.limit), room, long_only=not policy.active)
+        draft = speculator.draft(token, n - emitted - 1)
         batches += 1
         if not draft:
+            speculator.plain_step()
             emitted += 1
             continue
-        accepted = 0
+        batch: list[int] = []
         for i in range(len(draft) + 1):
             got = reply[emitted]
             emitted += 1
-            agreed = i < len(draft) and got == draft[i]
-            accepted += agreed
-            if not agreed or emitted >= n:
+            batch.append(got)
+            if not (i < len(draft) and got == draft[i]) or emitted >= n:
                 break
-            drafter.extend((got,))
-        policy.record(len(draft), accepted)
-    return policy.drafted, policy.accepted, batches
+        speculator.verified(batch)
+    counts = speculator.counts()
+    return (counts.drafted, counts.accepted, batches) if counts is not None else (0, 0, batches)
 
 
 def simulate_ngram_mod(prompt: list[int], reply: list[int], n: int = 24, n_max: int = 64,

@@ -87,6 +87,22 @@ def test_the_drafter_stops_where_the_draft_model_doubts(engines, tok):
     assert propose(DraftModelConfig(max_draft=3, p_min=0.0)) == eager[:3]  # the same greedy path, cut shorter
 
 
+def test_the_draft_model_drafts_its_configured_length(engines, tok):
+    """The reply's Speculator asks the real draft model for the room left, and the draft model's own
+    ``max_draft`` cuts it (it used to be prompt lookup's adaptive length, 8 ids at a reply's start)."""
+    from backends.speculative import Speculator
+
+    backend = engines["draft"]
+    context = chat(tok, QUESTION)
+    config = DraftModelConfig(max_draft=12, p_min=0.0)
+
+    def first_draft() -> list[int]:
+        model = ModelDrafter(backend._draft_engine, context[:-1], config)
+        return Speculator("draft", context[:-1], model=model).draft(context[-1], room=100)
+
+    assert len(backend._worker.call(first_draft)) == 12
+
+
 def test_a_draft_model_of_another_vocabulary_is_refused_in_one_line(qwen_path, smollm_path, tmp_path):
     from backends.llama_cpp import LlamaCppBackend
 

@@ -25,7 +25,7 @@ import pytest
 from remote_servers import LlamaServer
 
 from backends.base import DraftCounts, GenerationStats, LoadOptions, SamplingParams
-from backends.speculative import AutoPolicy, DrafterConfig, NgramDrafter, accept_draft, speculative_accept
+from backends.speculative import AutoPolicy, DrafterConfig, NgramDrafter, Speculator, accept_draft
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +114,71 @@ def test_draft_length_grows_on_whole_drafts_and_shrinks_on_failures():
         AutoPolicy("sometimes")
 
 
+class ScriptedModel:
+    """A draft model that proposes ``script`` (cut to the limit it is given, and to its own ``max_draft``)."""
+
+    def __init__(self, script: list[int], max_draft: int = 16) -> None:
+        self.script = script
+        self.max_draft = max_draft
+        self.ids: list[int] = []
+        self.limits: list[int] = []
+
+    def extend(self, ids) -> None:
+        self.ids.extend(ids)
+
+    def draft(self, limit: int) -> list[int]:
+        self.limits.append(limit)
+        return self.script[:min(limit, self.max_draft)]
+
+
+def test_one_speculator_owns_the_reply_counts_and_both_sources():
+    """Lookup first, the draft model where lookup finds nothing; the counts over both; ``off`` counts nothing."""
+    model = ScriptedModel([50, 51, 52])
+    spec = Speculator("auto", [1, 2, 3, 4, 9, 1, 2, 3], config=DrafterConfig(sizes=(3,), min_draft=2), model=model,
+                      clock=lambda: 0.0)
+    spec.speed.plain_ids = spec.speed.plain_steps  # auto's plain yardstick is taken
+    assert spec.counts() == DraftCounts(0, 0)
+    assert spec.draft(4, room=10) == [9, 1, 2, 3, 4, 9, 1, 2]  # lookup: "2 3 4" was followed by 9 1 2 3 ...
+    assert spec.counts([9]) == DraftCounts(8, 1)  # the batch under way counts from its first id
+    spec.verified([9, 1, 7])
+    assert spec.counts() == DraftCounts(8, 2) and model.limits == []  # lookup drafted: the model was not asked
+    assert spec.draft(7, room=10) == [50, 51, 52]  # "1 7" never occurred: the draft model
+    spec.verified([50, 51, 52, 53])
+    assert spec.counts() == DraftCounts(11, 5)
+    assert model.ids == spec.ngram.ids[-7:] == [4, 9, 1, 7, 50, 51, 52]  # both sources see every kept id
+    off = Speculator("off", [1, 2, 3, 1, 2], model=ScriptedModel([5, 6]))
+    assert off.draft(3, room=10) == [] and off.counts() is None
+
+
+def test_the_draft_model_drafts_its_own_length_not_lookups():
+    """The draft model's length is its own ``max_draft`` (capped by the room), whatever prompt lookup's
+    adaptive length is; lookup drafts alone move that length."""
+    model = ScriptedModel(list(range(100, 140)), max_draft=16)
+    spec = Speculator("draft", [1, 2, 3], model=model, clock=lambda: 0.0)
+    assert spec.ngram is None and spec.policy is None  # draft: the draft model only
+    assert spec.draft(4, room=40) == list(range(100, 116))
+    assert model.limits == [40]
+    spec.verified([100, 7])
+    assert spec.draft(7, room=5) == list(range(100, 105))  # a failed draft does not shorten the next one
+
+
+def test_auto_giving_up_on_lookup_leaves_the_draft_model_to_the_speed_check():
+    """Whether the draft model is asked is the speed check's alone: lookup drafts that fail turn lookup's chance
+    matches off, not the draft model (it used to be silenced with them)."""
+    model = ScriptedModel([60, 61])
+    spec = Speculator("auto", [5, 6, 7, 5, 6, 7], config=DrafterConfig(sizes=(1,), min_draft=2), model=model,
+                      clock=lambda: 0.0)
+    spec.speed.plain_ids = spec.speed.plain_steps  # auto's plain yardstick is taken
+    for _ in range(4):  # four lookup drafts, nothing kept
+        assert spec.draft(5, room=8)
+        spec.verified([99])
+    assert not spec.policy.active and model.limits == []  # auto gave up on chance matches
+    assert spec.draft(42, room=8) == [60, 61]  # the draft model still drafts: the speed check says it may
+    spec.verified([60, 3])
+    spec.speed.model_pays = False  # what the speed check decides once the draft model's steps are slower
+    assert spec.draft(43, room=8) == []
+
+
 # -- the acceptance rule against the target distribution --------------------------------------------------------
 
 def chi_square_sf_even(x: float, df: int) -> float:
@@ -158,29 +223,6 @@ def real_slices(qwen_path):
     return softmax(target[ids] / 2), softmax(other[ids] / 2)
 
 
-@pytest.mark.parametrize("draft", ["one-hot", "draft model"])
-def test_speculative_acceptance_keeps_the_target_distribution(real_slices, draft):
-    p, q_model = real_slices
-    rng = np.random.default_rng(22)
-    n = 30000
-    counts = np.zeros(len(p))
-    wrong = np.zeros(len(p))  # the control: keeping every draft id gives q, not p
-    for _ in range(n):
-        if draft == "one-hot":
-            x = 1  # a deterministic n-gram draft always proposes the same id here
-            q = np.zeros(len(p))
-            q[x] = 1.0
-        else:
-            q = q_model
-            x = int(rng.choice(len(q), p=q))
-        counts[speculative_accept(p, q, x, rng)] += 1
-        wrong[x] += 1
-    df = len(p) - 1
-    assert df % 2 == 0
-    assert chi_square_sf_even(chi_square(counts, p), df) > 1e-3
-    assert chi_square_sf_even(chi_square(wrong, p), df) < 1e-6  # the test tells a wrong rule apart
-
-
 def test_sampling_first_is_the_one_hot_rule(real_slices):
     """What the engine does (draw y from p, keep the draft x iff y == x) emits ids distributed as the rule does."""
     p, _ = real_slices
@@ -193,6 +235,9 @@ def test_sampling_first_is_the_one_hot_rule(real_slices):
         kept += y == x
         counts[y] += 1
     assert chi_square_sf_even(chi_square(counts, p), len(p) - 1) > 1e-3
+    wrong = np.zeros(len(p))  # the control: keeping the draft id whatever the model drew gives x, not p
+    wrong[x] = 30000
+    assert chi_square_sf_even(chi_square(wrong, p), len(p) - 1) < 1e-6  # the test tells a wrong rule apart
     # x kept with probability p[x]: within 5 standard deviations
     assert abs(kept / 30000 - p[x]) < 5 * math.sqrt(p[x] * (1 - p[x]) / 30000)
 
