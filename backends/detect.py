@@ -15,6 +15,7 @@ doctor`` asks every engine.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from backends.base import BackendError
 from backends.probe import MachineFacts, SystemProbe
@@ -76,7 +77,7 @@ class DetectionReport:
             return None
         return next((c for c in self.candidates if c.hardware and not c.runnable), None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "chosen": self.chosen.name,
             "chosen_label": self.chosen.label,

@@ -39,7 +39,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TextIO
 
 from backends.accelerator import Accelerator
 from backends.cpu import build_fingerprint
@@ -68,7 +68,7 @@ _SKIPPED_PARTS = (".git/", "examples/", "vendor/llama.cpp/models/", "vendor/llam
                   "vendor/llama.cpp/benches/", "vendor/llama.cpp/media/", "vendor/llama.cpp/tools/ui/src/",
                   "vendor/llama.cpp/tools/ui/tests/", "vendor/llama.cpp/gguf-py/tests/")
 #: tarfile's safe extraction filter where this Python has it (3.10.12+, 3.11.4+)
-_EXTRACT_OPTIONS: dict = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+_EXTRACT_OPTIONS: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 Say = Callable[[str], None]
 
@@ -92,7 +92,7 @@ def bindings_dir() -> Path:
     return cache_root() / f"bindings-{ENGINE_VERSION}"
 
 
-def read_build_info(folder: Path) -> dict | None:
+def read_build_info(folder: Path) -> dict[str, Any] | None:
     """The folder's ``build.json``, or None when it is missing or not a finished build."""
     try:
         info = json.loads((folder / "build.json").read_text())
@@ -155,7 +155,7 @@ class BuildProgress:
     that learns from the steps already done; one updating line on a terminal, a plain line every tenth (and at
     least every minute) in a CI log."""
 
-    def __init__(self, what: str, out=None, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, what: str, out: TextIO | None = None, now: Callable[[], float] = time.monotonic) -> None:
         self.what = what
         self.out = out if out is not None else sys.stderr
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
@@ -338,7 +338,7 @@ def check_compiler(accelerator: Accelerator) -> None:
                            + (f": {said[-1]}" if said else ""))
 
 
-def _has_target(folder: Path, info: dict, target: str) -> bool:
+def _has_target(folder: Path, info: dict[str, Any], target: str) -> bool:
     """A library target is in the folder when libllama is; an executable when its file is."""
     if target in ENGINE_TARGETS:
         return True  # read_build_info found a finished build: it has the libraries
@@ -423,7 +423,9 @@ def install_engine(folder: Path, source: Path | None, say: Say = print) -> Path:
         raise RuntimeError(f"{wheel.name} installed no llama_cpp package")
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     install_libraries(folder, package_dir)
-    say(f"the engine uses {folder.name} ({read_build_info(folder)['accelerator_label']})")
+    info = read_build_info(folder)
+    assert info is not None  # the build wrote it
+    say(f"the engine uses {folder.name} ({info['accelerator_label']})")
     return package_dir / "lib"
 
 
@@ -447,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the engine's libraries alone (the chat); llama-server and the RPC worker come later "
                         "from the same kept tree when the tests ask for them")
     args = parser.parse_args(argv)
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    say: Say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
         accelerator = choose()
     except ValueError as exc:

@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Collection, Iterator, Sequence
+from typing import Any, Collection, Generator, Sequence
 
 from backends.base import (
     BackendError, BackendInfo, DraftCounts, Generation, GenerationStats, LoadOptions, ProgressListener,
@@ -126,7 +126,7 @@ class _Child:
                 # beside niced jobs of the same terminal (docs/engine.md, "Figures behind the code's choices")
                 stderr=log, env=env, **own_process_group(),
             )
-        self.answers: queue.Queue = queue.Queue()
+        self.answers: queue.Queue[object] = queue.Queue()
         assert self.proc.stdin is not None
         self._writer = LineWriter(self.proc.stdin)
         threading.Thread(target=self._read, name="tokchat-engine-reader", daemon=True).start()
@@ -364,7 +364,7 @@ class HostedBackend:
         return Generation(ids, stats, stop_ids=frozenset(stops), max_tokens=sampling.max_tokens)
 
     def _stream(self, prompt: list[int], sampling: SamplingParams, stops: list[int], stats: GenerationStats,
-                on_progress: ProgressListener | None, retried: bool = False) -> Iterator[int]:
+                on_progress: ProgressListener | None, retried: bool = False) -> Generator[int, None, None]:
         with self._lock:
             self._job += 1
             job = self._job

@@ -39,7 +39,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
-from backends.base import BackendError, GenerationStats, LoadOptions, PromptProgress, SamplingParams
+from backends.base import Backend, BackendError, GenerationStats, LoadOptions, PromptProgress, SamplingParams
 from backends.engine_wire import (
     Cancel, Close, Done, Failed, Generate, Ids, LineWriter, Load, Loaded, LoadFailed, Progress, StateNote, decode,
 )
@@ -62,7 +62,7 @@ def _warm(engine: str) -> None:
             return  # the load request will say what is missing, in its own words
 
 
-def _make_backend(engine: str, device: str):
+def _make_backend(engine: str, device: str) -> Backend:
     from backends.detect import Candidate
     from backends.registry import ENGINES
 
@@ -78,11 +78,11 @@ class EngineHost:
         #: the ``--warm`` import, joined before a load imports anything: two threads importing
         #: overlapping modules at once can meet in CPython's per-module import locks
         self.warming = warming
-        self.backend = None
+        self.backend: Backend | None = None
         self.current_job: int | None = None
         #: the highest job a cancel named: a job cancelled before it began is not run
         self.cancelled_up_to = 0
-        self.requests: queue.Queue = queue.Queue()
+        self.requests: queue.Queue[object] = queue.Queue()
         #: the job whose StateNote went out
         self._state_noted = 0
 

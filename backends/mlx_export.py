@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from backends.model_meta import read_model_meta
 
@@ -30,11 +31,11 @@ def export_mlx_dir(gguf_path: str | os.PathLike[str], directory: str | os.PathLi
     from backends.mlx_gguf import GROUP_SIZE, load_gguf_model
     from tokenizer.export_json import export_tokenizer
 
-    meta = read_model_meta(gguf_path)
+    meta = read_model_meta(Path(gguf_path))
     model = load_gguf_model(meta)
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    quantization: dict = {"group_size": GROUP_SIZE, "bits": 4}
+    quantization: dict[str, Any] = {"group_size": GROUP_SIZE, "bits": 4}
     for path, module in model.named_modules():
         # a layer quantized differently (a Q8_0 embedding in a Q4_1 file) gets its own entry, as mlx-lm reads it
         if getattr(module, "bits", 4) != 4:

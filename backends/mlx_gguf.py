@@ -18,10 +18,14 @@ Not handled: other architectures, llama-3 style frequency scaling
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from backends.base import BackendError
 from backends.model_meta import ModelMeta
+
+if TYPE_CHECKING:
+    import mlx.nn
 
 #: quantizations (general.file_type) whose tensors mx.load keeps or reads as floats
 MLX_GGUF_TYPES = frozenset({"F32", "F16", "Q4_0", "Q4_1", "Q8_0"})
@@ -67,7 +71,8 @@ def map_name(gguf_name: str) -> str:
     raise BackendError(f"unexpected tensor {gguf_name!r} in the GGUF file: tokchat's MLX loader cannot place it")
 
 
-def _model_args(meta: ModelMeta, weights: dict[str, Any]):
+def _model_args(meta: ModelMeta, weights: dict[str, Any]) -> tuple[ModuleType, Any]:
+    """The mlx-lm model module for ``meta``'s architecture and its ``ModelArgs`` (a class of that module)."""
     arch = meta.architecture
     kv = meta.kv
 
@@ -79,7 +84,7 @@ def _model_args(meta: ModelMeta, weights: dict[str, Any]):
 
     heads = int(need("attention.head_count"))
     hidden = int(need("embedding_length"))
-    common = dict(
+    common: dict[str, Any] = dict(
         model_type=arch,
         hidden_size=hidden,
         num_hidden_layers=int(need("block_count")),
@@ -102,7 +107,7 @@ def _model_args(meta: ModelMeta, weights: dict[str, Any]):
     return qwen2, qwen2.ModelArgs(rope_traditional=False, **common)
 
 
-def load_gguf_model(meta: ModelMeta):
+def load_gguf_model(meta: ModelMeta) -> mlx.nn.Module:
     """The mlx-lm model for ``meta.path``, quantized layers kept quantized."""
     import mlx.core as mx
     import mlx.nn as nn
@@ -112,6 +117,7 @@ def load_gguf_model(meta: ModelMeta):
         raw = mx.load(str(meta.path))
     except (RuntimeError, ValueError) as exc:
         raise BackendError(f"MLX could not read {meta.path.name} ({meta.quantization}): {exc}") from exc
+    assert isinstance(raw, dict)  # a .gguf file without return_metadata: name -> array
     if "rope_freqs.weight" in raw:
         raise BackendError("this GGUF uses llama-3 RoPE frequency scaling, which tokchat's MLX loader does not build")
     weights = {map_name(name): array for name, array in raw.items()}
@@ -120,9 +126,9 @@ def load_gguf_model(meta: ModelMeta):
         # behind the code's choices")
         weights = {k: v.astype(mx.float32) if v.dtype == mx.float16 else v for k, v in weights.items()}
     module, args = _model_args(meta, weights)
-    model = module.Model(args)
+    model: mlx.nn.Module = module.Model(args)
 
-    def quantized(path: str, layer: Any) -> bool | dict:
+    def quantized(path: str, layer: Any) -> bool | dict[str, int]:
         scales = weights.get(f"{path}.scales")
         if scales is None:
             return False

@@ -20,6 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizer.gguf import GGUFFile
+    from tokenizer.gguf_extents import TensorExtent
 
 MIB = 1 << 20
 #: kept free for llama.cpp's compute buffers, the CUDA context and cuBLAS workspaces
@@ -41,7 +46,7 @@ class ModelSizes:
         return sum(self.blocks) + self.other
 
 
-def model_sizes(path: Path, gguf=None) -> ModelSizes:
+def model_sizes(path: Path, gguf: GGUFFile | None = None) -> ModelSizes:
     """Per-block tensor bytes from the GGUF's tensor infos; ``gguf`` is its parsed header when already read."""
     from tokenizer.gguf import read_gguf
     from tokenizer.gguf_extents import tensor_extents
@@ -61,7 +66,7 @@ def model_sizes(path: Path, gguf=None) -> ModelSizes:
     return ModelSizes([blocks[i] for i in sorted(blocks)], other, output)
 
 
-def _nbytes(extent) -> int:
+def _nbytes(extent: TensorExtent) -> int:
     return (extent.end - extent.start) if extent.end is not None else 0
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from backends.base import (
     BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, SamplingParams,
@@ -88,11 +88,11 @@ def gguf_caveat(quantization: str) -> str:
     return f"OpenVINO: GGUF {quantization} converted lossily; answers differ from llama.cpp"
 
 
-def _streamer_class():
+def _streamer_class() -> type[Any]:
     """A ``StreamerBase`` subclass, built on first use so openvino_genai loads lazily."""
     import openvino_genai as og
 
-    class IdStreamer(og.StreamerBase):
+    class IdStreamer(og.StreamerBase):  # type: ignore[misc]  # openvino_genai has no type information
         """Passes each id to ``on_id``; a True answer stops (stop id, max tokens) or cancels."""
 
         def __init__(self, on_id: Callable[[int], bool], cancelled: Callable[[], bool]) -> None:
@@ -100,7 +100,7 @@ def _streamer_class():
             self.on_id = on_id
             self.cancelled = cancelled
 
-        def write(self, token):  # int, or a list of ids when the engine emits several
+        def write(self, token: int | list[int]) -> Any:  # a list of ids when the engine emits several; a status
             ids = [token] if isinstance(token, int) else list(token)
             for tid in ids:
                 if self.cancelled():
@@ -143,7 +143,8 @@ class OpenVINOBackend:
         #: run the engine on the caller's thread (the engine process's main thread) instead of a thread of its own
         self._inline = inline
         self.info = BackendInfo(backend="openvino", device="CPU", model_name="", quantization="", context_size=0)
-        self._pipe = None
+        #: the openvino_genai.LLMPipeline (a library without type information)
+        self._pipe: Any = None
         self._worker: Worker | None = None
         self._history: list[int] = []  # ids the engine's cache last held: prompt + reply
         #: said in the first reply's stats, then "" (states off: nothing to say)
@@ -162,7 +163,7 @@ class OpenVINOBackend:
         core = ov.Core()
         device = pick_device(core.available_devices, options.device)
         family = device.split(".")[0]
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if family in BLOCK_SIZE:
             scheduler = og.SchedulerConfig()
             scheduler.enable_prefix_caching = True
@@ -202,7 +203,8 @@ class OpenVINOBackend:
         reusable = min(common, len(prompt) - 1) // self._block * self._block
         return len(prompt) - reusable
 
-    def _config(self, sampling: SamplingParams, max_new: int):
+    def _config(self, sampling: SamplingParams, max_new: int) -> Any:
+        """An ``openvino_genai.GenerationConfig`` (untyped) for one reply."""
         import openvino_genai as og
 
         cfg = og.GenerationConfig()

@@ -21,7 +21,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Any, Callable, Collection
 
 from backends import gpu_inventory
 from backends.gpu_inventory import GpuInventory
@@ -76,7 +76,7 @@ class MachineFacts:
     def apple_silicon(self) -> bool:
         return self.os == "darwin" and self.machine == "arm64" and not self.rosetta
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"apple_silicon": self.apple_silicon}
 
 
@@ -129,7 +129,7 @@ def _ask_mlx(answers: RuntimeAnswers) -> None:
     try:
         import mlx.core as mx
 
-        answers.mlx_version = mx.__version__
+        answers.mlx_version = mx.__version__  # type: ignore[attr-defined,unused-ignore]  # set at runtime, not in mlx's stubs (no mlx: Any)
         answers.mlx_metal = bool(mx.metal.is_available())
     except (ImportError, RuntimeError, OSError, AttributeError) as exc:
         answers.errors.append(f"mlx: {exc}")

@@ -45,14 +45,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterator, Sequence
+from typing import Any, Collection, Generator, Iterator, Sequence
 
 from backends.base import (
     BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, PromptProgress,
     SamplingParams, checked_prompt, resolve_seed,
 )
 from backends.handoff import ENDED, Failed, drain
-from backends.remote_protocol import Adapter, Request, SaidOnce, ServerCounts, ServerInfo, ServerState, error_message
+from backends.remote_protocol import (
+    Adapter, RecoveringAdapter, Request, SaidOnce, ServerCounts, ServerInfo, ServerState, error_message
+)
 from backends.timeouts import REMOTE_CONNECT_S, REMOTE_FIRST_TOKEN_S, REMOTE_IDLE_S
 
 
@@ -206,7 +208,7 @@ class _Stream:
 
     def __init__(self, backend: "RemoteBackend", request: Request, parser: Any, report: ProgressListener) -> None:
         #: :class:`_Ids`, then the end marker (:mod:`backends.handoff`): ``ENDED`` or ``Failed(error)``
-        self.events: queue.Queue = queue.Queue()
+        self.events: queue.Queue[object] = queue.Queue()
         self._backend = backend
         self._request = request
         self.parser = parser
@@ -412,7 +414,7 @@ class RemoteBackend:
                           stop_ids=stops, max_tokens=sampling.max_tokens)
 
     def _turn(self, prompt: list[int], sampling: SamplingParams, stops: frozenset[int], seed: int,
-              stats: GenerationStats, report: ProgressListener) -> Iterator[int]:
+              stats: GenerationStats, report: ProgressListener) -> Generator[int, None, None]:
         parser = self.adapter.parser(prompt)
         # a saved slot restored here, before the prompt is sent, counts in the time to the first id
         request = self.state.prepare(prompt, self.adapter.completion(prompt, sampling, stops, seed), stats)
@@ -511,11 +513,11 @@ class RemoteBackend:
         non-streamed ``return_tokens`` answer for the same seeded turn has them all.
         They are used only when that answer starts with the ids already shown.
         """
-        recovery = getattr(self.adapter, "recovery", None)
-        if total is None or total <= len(received) or recovery is None:
+        adapter = self.adapter
+        if total is None or total <= len(received) or not isinstance(adapter, RecoveringAdapter):
             return
-        body = self.request_json(recovery(prompt, sampling, seed, total), generation=True)
-        ids = self.adapter.recovered_ids(body)  # type: ignore[attr-defined]
+        body = self.request_json(adapter.recovery(prompt, sampling, seed, total), generation=True)
+        ids = adapter.recovered_ids(body)
         if len(ids) != total or ids[: len(received)] != received:
             return  # the accounting marks the turn unverified
         tail = ids[len(received):]

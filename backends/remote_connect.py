@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends.base import BackendError
 from backends.remote import RemoteBackend, RemoteSettings, _http_error, _transport_error
 from backends.remote_protocol import SERVER_KINDS, Adapter, ServerInfo
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 #: the probe's fixed part; the tokenizer's own special tokens are added around it
 PROBE_TEXT = ("Hello, world! The year 2025 has 365 days; 1234567 + 89 = 1234656.\n"
@@ -37,7 +40,7 @@ class VocabularyMismatch(BackendError):
     """The server's token ids are not ours: refuse, unless the user trusts the server."""
 
 
-def make_adapter(kind: str, tokenizer: Any = None) -> Adapter:
+def make_adapter(kind: str, tokenizer: Tokenizer | None = None) -> Adapter:
     """The adapter for ``kind``; llama-server's recovers held-back ids with ``tokenizer``."""
     if kind == "llamacpp":
         from backends.remote_llamacpp import HeldBackIds, LlamaCppAdapter
@@ -118,13 +121,13 @@ def detect_kind(backend: RemoteBackend) -> str:
                        "SGLang (no /props, /get_model_info or /version): pass --server-kind")
 
 
-def probe_text(tokenizer: Any) -> str:
+def probe_text(tokenizer: Tokenizer) -> str:
     """:data:`PROBE_TEXT` wrapped in the tokenizer's BOS/EOS texts: specials must match too."""
     specials = [t for t in (tokenizer.bos_token, tokenizer.eos_token) if t]
     return "".join(specials[:1]) + PROBE_TEXT + "".join(specials[1:])
 
 
-def check_vocabulary(backend: RemoteBackend, tokenizer: Any, source: str) -> None:
+def check_vocabulary(backend: RemoteBackend, tokenizer: Tokenizer, source: str) -> None:
     """Raise :class:`VocabularyMismatch` naming both sides when the ids differ."""
     server = backend.server or ServerInfo(kind=backend.adapter.kind, url=backend.settings.url)
     theirs = f"the server at {server.url} ({Path(server.model).name or server.model or 'its model'})"
@@ -238,7 +241,7 @@ def _checked_kind(backend: RemoteBackend, asked: str) -> str:
     return found
 
 
-def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: int | None = None,
+def finish_connect(backend: RemoteBackend, tokenizer: Tokenizer, source: str, n_ctx: int | None = None,
                    state_dir: Path | None = None) -> RemoteBackend:
     """Steps 3 and 4 of the module docstring on an :func:`open_client`, then what tokchat keeps of the server's
     state under ``state_dir`` (:func:`backends.remote_slots.server_state`; None: states off); closes it on
@@ -274,7 +277,7 @@ def finish_connect(backend: RemoteBackend, tokenizer: Any, source: str, n_ctx: i
     return backend
 
 
-def connect(settings: RemoteSettings, tokenizer: Any, source: str, n_ctx: int | None = None,
+def connect(settings: RemoteSettings, tokenizer: Tokenizer, source: str, n_ctx: int | None = None,
             state_dir: Path | None = None) -> RemoteBackend:
     """The whole connect sequence (module docstring) for a chat with ``tokenizer``."""
     return finish_connect(open_client(settings), tokenizer, source, n_ctx, state_dir)

@@ -13,7 +13,7 @@ Not handled here: connection handling, timeouts, the vocabulary check.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Protocol, Sequence
+from typing import Any, Collection, Protocol, Sequence, runtime_checkable
 
 from backends.base import DraftCounts, GenerationStats, SamplingParams
 
@@ -108,6 +108,16 @@ class Adapter(Protocol):
     def info_requests(self) -> list[Request]: ...
 
     def server_info(self, url: str, replies: dict[str, Any]) -> ServerInfo: ...
+
+
+@runtime_checkable
+class RecoveringAdapter(Adapter, Protocol):
+    """An adapter whose server can give back the ids its stream held back (llama-server's non-streamed
+    ``return_tokens`` answer for the same seeded turn; see :mod:`backends.remote_llamacpp`)."""
+
+    def recovery(self, prompt: Sequence[int], sampling: SamplingParams, seed: int, n: int) -> Request: ...
+
+    def recovered_ids(self, body: Any) -> list[int]: ...
 
 
 class ServerState(Protocol):

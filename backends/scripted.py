@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Collection, Iterator, Sequence
+from typing import Callable, Collection, Generator, Sequence
 
 from backends.base import (
     BackendError, BackendInfo, Generation, GenerationStats, LoadOptions, ProgressListener, SamplingParams,
@@ -56,7 +56,7 @@ class ScriptedBackend:
                           stop_ids=stop_ids, max_tokens=sampling.max_tokens)
 
     def _replay(self, prompt_ids: list[int], sampling: SamplingParams, stop_ids: Collection[int],
-                stats: GenerationStats) -> Iterator[int]:
+                stats: GenerationStats) -> Generator[int, None, None]:
         reply = list(self.script(prompt_ids) if callable(self.script) else self.script)
         self._cached = list(prompt_ids)
         for n, token in enumerate(reply[: sampling.max_tokens]):

@@ -36,7 +36,7 @@ import atexit
 import queue
 import threading
 import weakref
-from typing import Callable, Iterator
+from typing import Callable, Generator
 
 from backends.base import BackendError
 from backends.handoff import ENDED, Failed, drain
@@ -110,7 +110,7 @@ class GenerationWorker:
             raise failure[0]
         return result[0] if result else None
 
-    def stream(self, job: Job) -> Iterator[int]:
+    def stream(self, job: Job) -> Generator[int, None, None]:
         """Submit ``job`` and yield what it emits until it ends or :meth:`cancel` is called."""
         if self._closed:
             raise BackendError("this backend is closed; load the model again")

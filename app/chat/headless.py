@@ -50,7 +50,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: History
     """Answer ``options.prompt``; 0 on a reply, 2 on an error, 130 when interrupted.  ``early``: the engine
     the command line started for these options (:class:`app.chat.early.EarlyEngine`), adopted."""
     out = out or sys.stdout
-    err = Stderr(err or sys.stderr)
+    stderr = Stderr(err or sys.stderr)
     from app.chat.open import open_chat
 
     chat = open_chat(options, backend=backend, early=early)
@@ -59,7 +59,7 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: History
 
     session = chat.session
     for notice in chat.notices:
-        print(f"tokchat: {notice}", file=err)
+        print(f"tokchat: {notice}", file=stderr)
     prompt = options.prompt or ""
     if options.attach:
         from app.conversation.attachments import AttachLimits, AttachmentError, compose, read_attachment
@@ -68,13 +68,13 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: History
         try:
             files = [read_attachment(path, limits, session.draft_tokens, tui=False) for path in options.attach]
         except AttachmentError as exc:
-            print(f"tokchat: {exc}", file=err)
+            print(f"tokchat: {exc}", file=stderr)
             return 2
         for file in files:
-            print(f"tokchat: attached {file.summary()}", file=err)
+            print(f"tokchat: attached {file.summary()}", file=stderr)
         prompt = compose(prompt, files)
-    tools = _open_tools(options, session, recorder, err)
-    steer = _steer(options, session, recorder, err)  # --resume / --continue (app.history.resume)
+    tools = _open_tools(options, session, recorder, stderr)
+    steer = _steer(options, session, recorder, stderr)  # --resume / --continue (app.history.resume)
     if steer == "refused":
         session.backend.close()
         return 2
@@ -90,8 +90,8 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: History
         recorder.on_user(ChatMessage("user", prompt))
     status = 0
     stoppable = tools.loop if tools is not None else session
-    reply_out = ReplyOut(out, err, stoppable)
-    share_terminal(reply_out, err)
+    reply_out = ReplyOut(out, stderr, stoppable)
+    share_terminal(reply_out, stderr)
     try:
         # the handlers stay until the reply is stored: a signal then still finds it whole
         with _stop_on_signals(stoppable) as caught:
@@ -106,29 +106,29 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: History
                 if event.kind == "content":
                     reply_out.write(event.text)
                 elif event.kind == "reasoning" and options.show_thinking:
-                    err.reasoning(event.text)
+                    stderr.reasoning(event.text)
                 elif event.kind in ("notice", "error"):
-                    print(f"tokchat: {event.text}", file=err)
+                    print(f"tokchat: {event.text}", file=stderr)
                     status = 2 if event.kind == "error" else status
                 elif event.kind in ("tool_call", "tool_result"):
-                    _print_tool_event(event, err)
+                    _print_tool_event(event, stderr)
                 elif event.kind == "summary":  # the turns that left the prompt, summarized (--compact summarize)
-                    print(f"tokchat: {_summary_line(event.data)}", file=err)
+                    print(f"tokchat: {_summary_line(event.data)}", file=stderr)
                 elif event.kind == "done" and event.stats is not None:
                     if event.stats.finish_reason == "cancelled":
                         status = EXIT_INTERRUPTED
                     reply_out.end()
                     verdict = _format_verdict(session, event.stats.finish_reason)
                     if verdict:
-                        print(f"tokchat: {verdict}", file=err)
+                        print(f"tokchat: {verdict}", file=stderr)
                     if caught:  # before the stats, which stay the last line
                         stored = recorder.conversation_id if recorder is not None and recorder.enabled else None
-                        print(_stopped_line(caught[0], stored), file=err)
+                        print(_stopped_line(caught[0], stored), file=stderr)
                     if options.stats:
                         from app.conversation.messages import stats_dict
                         from app.history.export import finite
 
-                        print(json.dumps(finite(stats_dict(event.stats))), file=err, flush=True)
+                        print(json.dumps(finite(stats_dict(event.stats))), file=stderr, flush=True)
             reply = _this_turns_reply(session, outcomes[0] if outcomes else None)
             if recorder is not None and reply is not None:
                 recorder.on_reply(reply)
@@ -175,7 +175,7 @@ def _this_turns_reply(session: ChatSession, outcome: TurnOutcome | None) -> Chat
     return session.messages[-1]
 
 
-def _steer(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder | None, err: TextIO) -> str:
+def _steer(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder | None, err: Stderr) -> str:
     """``--resume ID`` loads a stored conversation; ``--continue`` then continues its last reply.
     Returns "continue", "send", or "refused" (one line said why on ``err``).
     Thinking and the reasoning budget remembered for the model (``[models.NAME]``, app.settings.model_memory)
@@ -215,7 +215,7 @@ def _steer(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder
 
 
 def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, recorder: HistoryRecorder | None,
-                     err: TextIO) -> bool:
+                     err: Stderr) -> bool:
     """False (one line said why) when ``stored`` was written with another vocabulary than this run's model
     (a server restarted with another model: issue 34, item 3), unless ``--switch-model`` asked to go on:
     then the switch is recorded as the TUI's ``/model`` records one, and the stored reply ids, which mean
@@ -244,7 +244,7 @@ def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, re
     return True
 
 
-def _open_tools(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder | None, err: TextIO) -> Any:
+def _open_tools(options: ChatOptions, session: ChatSession, recorder: HistoryRecorder | None, err: Stderr) -> Any:
     """The chat's tools (None without ``--tools``); intermediate messages go to the history."""
     if options.tools is None or not options.tools.selected():
         return None  # no tools: the MCP client (and asyncio with it) is never imported
@@ -255,7 +255,7 @@ def _open_tools(options: ChatOptions, session: ChatSession, recorder: HistoryRec
                       on_message=recorder.on_message if recorder is not None else None)
 
 
-def _ask_on_terminal(err: TextIO) -> Any:
+def _ask_on_terminal(err: Stderr) -> Any:
     """Approval for a headless run: asked on the terminal when there is one, else denied."""
     from app.tools.display import call_line
     from app.tools.loop import ALWAYS, DENY, ONCE
@@ -287,7 +287,7 @@ def _summary_line(summary: ChatMessage) -> str:
             f"({stats.completion_tokens} tokens, from a prompt of {stats.prompt_tokens}; stored): {text}")
 
 
-def _print_tool_event(event: Any, err: TextIO) -> None:
+def _print_tool_event(event: Any, err: Stderr) -> None:
     from app.tools.display import preview
 
     if event.kind == "tool_call":

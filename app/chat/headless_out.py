@@ -100,7 +100,7 @@ class ReplyOut:
     reasoning's open line is ended there, on a shared terminal).
     """
 
-    def __init__(self, out: TextIO, err: TextIO, stoppable: Any) -> None:
+    def __init__(self, out: TextIO, err: Stderr, stoppable: Any) -> None:
         self._out = self.stream = out
         self._err = err
         self._stoppable = stoppable

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from app.settings.options import ChatOptions
 
 if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
     from app.chat.early import EarlyEngine
 
 #: a step of the opening, in words, for a screen that shows what is happening while the weights load
@@ -56,7 +57,7 @@ class OpenedChat:
     """A ready chat: the session and the parts the TUI's header, its commands and the benches need."""
 
     session: Any  # app.conversation.session.ChatSession
-    tokenizer: Any
+    tokenizer: Tokenizer
     template: Any
     backend: Any
     #: the model file (local), or where the tokenizer came from (remote)
@@ -163,7 +164,7 @@ def _load(options: ChatOptions, backend: Any, progress: Progress | None,
     return tokenizer, template, notice, backend, path
 
 
-def _prepare(tokenizer: Any, template: Any) -> None:
+def _prepare(tokenizer: Tokenizer, template: Any) -> None:
     """Build now, while the engine loads, what the first reply would otherwise wait for after it: the
     tokenizer's merge table (built at the first encode) and the template's compiled form.  Measured on
     a one-shot ``--prompt``, both sat between "engine loaded" and the first request (docs/engine.md,

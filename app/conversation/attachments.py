@@ -74,7 +74,7 @@ class Attachment:
         return f"{line}: {self.notice}" if self.notice else line
 
 
-def human_bytes(size: int) -> str:
+def human_bytes(size: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if size < 1000 or unit == "GB":
             return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"

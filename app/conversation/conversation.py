@@ -21,7 +21,7 @@ ties them together.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from app.conversation.branches import BranchTree
 from app.conversation.context_breakdown import PromptRecord
@@ -29,6 +29,9 @@ from app.conversation.messages import REPLY_ROLES, ChatMessage, TurnStats, templ
 from backends.base import Backend, SamplingParams
 from templates import ChatTemplate, TemplateError
 from templates.builder import BuiltPrompt, PromptBuilder
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 #: replies that keep the exact prompt they answered (the token inspector's per-message view); older
 #: ones drop it, so a long conversation's memory stays flat instead of growing by a whole prompt a turn
@@ -38,9 +41,9 @@ RECORDS_KEPT = 8
 class Conversation:
     """Messages, branches and system prompt of a chat with one model, with its settings."""
 
-    def __init__(self, tokenizer: Any, template: ChatTemplate, *, backend: Backend, system_prompt: str = "",
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate, *, backend: Backend, system_prompt: str = "",
                  sampling: SamplingParams | None = None, context_size: int,
-                 enable_thinking: bool | None = None, tools: list[dict] | None = None,
+                 enable_thinking: bool | None = None, tools: list[dict[str, Any]] | None = None,
                  tool_instructions: str = "") -> None:
         self.tokenizer = tokenizer
         #: tool schemas given to the template (None: no tools, as HF passes it)
@@ -164,7 +167,7 @@ class Conversation:
         text = "\n\n".join(p for p in (self.system_text, summary_block(summary) if summary else "") if p)
         return [ChatMessage("system", text)] if text else []
 
-    def _summary_key(self) -> tuple:
+    def _summary_key(self) -> tuple[object, ...]:
         """What of the summary changes the prompt (tokens_before's cache key)."""
         from app.conversation.summary import active_summary
 
@@ -280,7 +283,8 @@ class Conversation:
         self._builder.remember(record.prompt, record.reply_ids)
         self._window = min(len(record.dropped), len(self.messages))
         self.last_record, self.last_prompt = record, record.prompt
-        self._tail = (last, record.prompt) if last.reply_ids == tuple(record.reply_ids) else None
+        same = last is not None and last.reply_ids == tuple(record.reply_ids)
+        self._tail = (last, record.prompt) if last is not None and same else None
 
     def reset(self) -> None:
         """Start a new conversation with the same model, template and system prompt."""
@@ -329,7 +333,7 @@ class Conversation:
         message.reasoning += reasoning
         message.stats, message.finish_reason, message.reply_ids = stats, finish_reason, reply_ids
 
-    def replace_reply(self, message: ChatMessage, content: str, tool_calls: list[dict] | None) -> None:
+    def replace_reply(self, message: ChatMessage, content: str, tool_calls: list[dict[str, Any]] | None) -> None:
         """Rewrite a committed reply the HF way after its tool calls were parsed (app.tools.loop): its text
         without the call markup, and the calls as ``tool_calls`` for the template to render again.  Its ids as
         generated stay what the backend holds."""

@@ -53,7 +53,7 @@ class TurnStats:
     #: (a chat goes on across /model, so each reply says which one answered)
     model: str = ""
     template: str = ""
-    sampling: dict | None = None
+    sampling: dict[str, Any] | None = None
     #: ids of the reply's start the user wrote (/reply): counted in prompt_tokens, not completion_tokens
     opening_tokens: int = 0
     #: ids the engine held from the last turn that this prompt does not start with, so they were
@@ -78,7 +78,7 @@ class TurnStats:
     #: a continued reply (/continue): each part's own stats as a dict, first to last; the counts above
     #: are their sums (prompt_tokens, new_prompt_tokens and ttft_s are the first part's: see merge_stats;
     #: the rest the last part's)
-    parts: list | None = None
+    parts: list[dict[str, Any]] | None = None
     #: the engine's facts about the turn's latest generation, as the engine filled them (a stored reply: the
     #: ones the user is shown, :data:`ENGINE_FACTS`)
     generation: GenerationStats = field(default_factory=GenerationStats, compare=False, repr=False)
@@ -147,7 +147,7 @@ class ChatMessage:
     finish_reason: str | None = None
     #: for a reply: the prompt it answered, as sent (see app.conversation.context_breakdown); None when loaded
     record: PromptRecord | None = field(default=None, compare=False, repr=False)
-    tool_calls: list[dict] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
     #: the message's row in the history database, once stored (how a branch switch is saved)
@@ -203,7 +203,7 @@ class TurnOutcome:
         return self.kind == REFUSED
 
     @classmethod
-    def after(cls, finish_reason: str, error: str | None = None) -> TurnOutcome:
+    def after(cls, finish_reason: str | None, error: str | None = None) -> TurnOutcome:
         """The outcome of a turn that generated and committed a reply ending with ``finish_reason``."""
         if finish_reason == "cancelled":
             return cls(STOPPED)
@@ -223,7 +223,7 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
     """
     parts = list(first.parts or [part_of(first)]) + [part_of(second)]
 
-    def gen_time(p: dict) -> float:
+    def gen_time(p: dict[str, Any]) -> float:
         return (p["completion_tokens"] - 1) / p["tokens_per_s"] if p["tokens_per_s"] > 0 else 0.0
 
     spent = sum(gen_time(p) for p in parts)
@@ -243,7 +243,7 @@ def merge_stats(first: TurnStats, second: TurnStats) -> TurnStats:
 
 
 
-def part_of(stats: TurnStats) -> dict:
+def part_of(stats: TurnStats) -> dict[str, Any]:
     """One part of a continued reply, as :attr:`TurnStats.parts` keeps it."""
     part = stats_dict(stats)
     part.pop("parts", None)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from app.conversation import fit
 from app.conversation.compaction import Compacted, compact
@@ -41,6 +41,9 @@ from app.conversation.turn import Turn, TurnEvents, cache_cut, refuse, think_clo
 from backends.base import Backend, GenerationStats, SamplingParams
 from templates import ChatTemplate, TemplateError
 from templates.builder import BuiltPrompt
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 __all__ = ["ChatMessage", "ChatSession", "END_MARKERS", "MIN_REPLY_TOKENS", "RECORDS_KEPT", "ReplyEvent",
            "SessionOptions", "TurnOutcome", "TurnStats", "merge_stats"]
@@ -62,9 +65,9 @@ class SessionOptions(Protocol):
 class ChatSession(Conversation):
     """A conversation with one model: system prompt, messages, sampling and context size, and its turns."""
 
-    def __init__(self, tokenizer: Any, template: ChatTemplate, *, backend: Backend, system_prompt: str = "",
+    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate, *, backend: Backend, system_prompt: str = "",
                  sampling: SamplingParams | None = None, context_size: int,
-                 enable_thinking: bool | None = None, tools: list[dict] | None = None,
+                 enable_thinking: bool | None = None, tools: list[dict[str, Any]] | None = None,
                  tool_instructions: str = "", reasoning_budget: int | None = None) -> None:
         super().__init__(tokenizer, template, backend=backend, system_prompt=system_prompt, sampling=sampling,
                          context_size=context_size, enable_thinking=enable_thinking, tools=tools,
@@ -77,7 +80,7 @@ class ChatSession(Conversation):
         self._generating: Turn | None = None  # the turn generating now, or the last one that generated
 
     @classmethod
-    def from_options(cls, options: SessionOptions, tokenizer: Any, template: ChatTemplate, *, backend: Backend,
+    def from_options(cls, options: SessionOptions, tokenizer: Tokenizer, template: ChatTemplate, *, backend: Backend,
                      context_size: int) -> ChatSession:
         """The session a front end opens: system prompt, sampling (a copy: the session's own to change),
         thinking and reasoning budget from ``options``."""
@@ -245,7 +248,8 @@ class ChatSession(Conversation):
                 try:
                     event = next(events)
                 except StopIteration as end:
-                    return end.value
+                    outcome: TurnOutcome = end.value  # what the turn's generator returned
+                    return outcome
                 if event.kind == "done" and event.stats is not None and compacted.turns:
                     event.stats.compacted_turns = compacted.turns
                     event.stats.summary_tokens = compacted.summary_tokens
@@ -285,6 +289,6 @@ class ChatSession(Conversation):
         return (yield from refuse(turn, why))
 
 
-def _marker_ids(tokenizer: Any) -> frozenset[int]:
-    specials = getattr(tokenizer, "special_tokens", None) or {}
+def _marker_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    specials = tokenizer.special_tokens
     return frozenset(specials[m] for m in END_MARKERS if m in specials)

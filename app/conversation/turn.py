@@ -23,14 +23,17 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, replace
-from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Sequence
 
 from app.conversation.conversation import Conversation
 from app.conversation.messages import ChatMessage, ReplyEvent, TurnOutcome, TurnStats, merge_stats
 from backends.base import BackendError, FinishReason, GenerationStats, SamplingParams
 from backends.constraint import describe
 from templates.builder import BuiltPrompt
-from tokenizer.think import ThinkFilter
+from tokenizer.think import ThinkEvent, ThinkFilter
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 #: what a turn's generator is: its events, then its outcome as the return value
 TurnEvents = Generator[ReplyEvent, None, TurnOutcome]
@@ -138,15 +141,17 @@ class Turn:
         yield ReplyEvent("done", stats=stats, data=self.outcome)
         return self.outcome
 
-    def _generate(self, prompt: BuiltPrompt, sampling: SamplingParams) -> Iterator[ReplyEvent]:
+    def _generate(self, prompt: BuiltPrompt, sampling: SamplingParams) -> Generator[ReplyEvent, None, None]:
         """backend ids -> stream decoder -> think filter -> events, with accounting on the way.
 
         Reasoning budget: once the reply has ``reasoning_budget`` reasoning ids, the generation
         stops, the model's end-of-thinking ids (:func:`think_close_ids`) join the reply as if
         generated, and a new generation goes on from there (the engine's cache holds all of it,
         so only those ids are evaluated), as llama.cpp's server does."""
+        think = self.think
+        assert think is not None  # _prime set it, before any generation
         budget = self.reasoning_budget
-        if budget is not None and self.think.in_reasoning and self.prior_reasoning >= budget:
+        if budget is not None and think.in_reasoning and self.prior_reasoning >= budget:
             yield from self._close_think()  # a budget of 0, or one spent before a /continue
             budget = None
         backend = self.conversation.backend
@@ -173,14 +178,14 @@ class Turn:
                     if token in self.stop_ids:  # the engine said "stop" as it handed this id out (Generation)
                         self.finish = ids.stats.finish_reason or FinishReason.STOP
                         break
-                    before = self.think.in_reasoning
-                    events = self.think.feed(self.decoder.feed(token))
-                    if before or self.think.in_reasoning:
+                    before = think.in_reasoning
+                    events = think.feed(self.decoder.feed(token))
+                    if before or think.in_reasoning:
                         self.reasoning_tokens += 1
                     yield from self._emit(events)
                     if self.cancel.is_set():
                         break
-                    if (budget is not None and self.think.in_reasoning
+                    if (budget is not None and think.in_reasoning
                             and self.reasoning_tokens + self.prior_reasoning >= budget
                             and len(self.reply_ids) < sampling.max_tokens):
                         over_budget = True
@@ -237,24 +242,26 @@ class Turn:
 
     def _close_think(self) -> Iterator[ReplyEvent]:
         """Append the end-of-thinking ids to the reply as if generated (the reasoning budget is spent)."""
+        think = self.think
+        assert think is not None  # _prime set it, before any generation
         self.reasoning_cut = True
-        for token in think_close_ids(self.conversation.tokenizer, self.think.close_tag):
+        for token in think_close_ids(self.conversation.tokenizer, think.close_tag):
             self.reply_ids.append(token)
             self.forced_close_tokens += 1  # tokchat's, not the model's: counted apart from reasoning_tokens
-            yield from self._emit(self.think.feed(self.decoder.feed(token)))
+            yield from self._emit(think.feed(self.decoder.feed(token)))
 
-    def _emit(self, events: list, keep: bool = True) -> Iterator[ReplyEvent]:
+    def _emit(self, events: list[ThinkEvent], keep: bool = True) -> Iterator[ReplyEvent]:
         if keep:
             self._keep(events)
         for event in events:
             yield ReplyEvent(event.kind, event.text)
 
-    def _keep(self, events: list) -> None:
+    def _keep(self, events: list[ThinkEvent]) -> None:
         """Add the text of ``events`` to the reply's content or reasoning."""
         for event in events:
             (self.reasoning if event.kind == "reasoning" else self.content).append(event.text)
 
-    def _flush(self) -> list:
+    def _flush(self) -> list[ThinkEvent]:
         """Events for the text the decoder and think filter still hold (once), kept in the reply."""
         if self.flushed or self.think is None:
             return []
@@ -391,7 +398,7 @@ def cache_cut(conversation: Conversation, prompt: BuiltPrompt, replaced: ChatMes
     return conversation.cache_cut(prompt, replaced)
 
 
-def think_close_ids(tokenizer: Any, close_tag: str = "</think>") -> list[int]:
+def think_close_ids(tokenizer: Tokenizer, close_tag: str = "</think>") -> list[int]:
     """The ids that end a think block: ``\\n</think>\\n\\n`` as the model's own tokenizer encodes it
     (``</think>`` is one id where the vocabulary has it), the way Qwen3 and R1 close theirs."""
     return tokenizer.encode(f"\n{close_tag}\n\n", special=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
     from app.history.recorder import HistoryRecorder
     from app.history.types import ConversationInfo
 
@@ -35,7 +36,7 @@ _PROBE = ("Hello, world! The year 2025 has 365 days; 1234567 + 89 = 1234656.\n"
           "Emoji 🙂👍🏽🇯🇵, CJK 日本語のテキストと中文字符, accents café naïve Ünïcödé,\n\t  spaces   and\ttabs.")
 
 
-def vocabulary_fingerprint(tokenizer: Any) -> str:
+def vocabulary_fingerprint(tokenizer: Tokenizer) -> str:
     """``"<size>:<16 hex digits>"`` for ``tokenizer``'s vocabulary (see the module docstring)."""
     size = int(tokenizer.vocab_size)
     digest = hashlib.sha256(str(size).encode())
@@ -43,7 +44,7 @@ def vocabulary_fingerprint(tokenizer: Any) -> str:
     for tid in sampled:
         piece = tokenizer.token_bytes(tid)
         digest.update(len(piece).to_bytes(4, "little") + piece + (b"\1" if tokenizer.is_special(tid) else b"\0"))
-    specials = "".join(t for t in (getattr(tokenizer, "bos_token", None), getattr(tokenizer, "eos_token", None)) if t)
+    specials = "".join(t for t in (tokenizer.bos_token, tokenizer.eos_token) if t)
     ids = tokenizer.encode(specials + _PROBE, special=True)
     digest.update(b",".join(str(i).encode() for i in ids))
     return f"{size}:{digest.hexdigest()[:16]}"
@@ -64,7 +65,7 @@ class VocabularySwitch:
     fingerprint: str
 
 
-def vocabulary_switch(info: ConversationInfo, tokenizer: Any) -> VocabularySwitch | None:
+def vocabulary_switch(info: ConversationInfo, tokenizer: Tokenizer) -> VocabularySwitch | None:
     """The rule both front ends follow before going on with a stored conversation (headless ``--resume``,
     the TUI's sidebar): a switch when it was written in another vocabulary than ``tokenizer``'s; None when
     its ids are this model's, or it was stored before fingerprints (nothing to compare).

@@ -185,8 +185,9 @@ class HistoryRecorder:
 
     def set_system(self, text: str) -> None:
         self._meta["system"] = text
-        if self.conversation_id is not None:
-            self._guard(lambda s: s.update_conversation(self.conversation_id, system=text))
+        conv_id = self.conversation_id
+        if conv_id is not None:
+            self._guard(lambda s: s.update_conversation(conv_id, system=text))
 
     def rewind(self, tip_id: int | None) -> None:
         """The next message follows ``tip_id`` (regenerate, edit: the replaced message becomes its sibling)."""
@@ -254,9 +255,10 @@ class HistoryRecorder:
     def show_branch(self, tip_id: int | None) -> None:
         """The user chose another sibling: the branch ending at ``tip_id`` is the one shown."""
         self.close_reply()
-        if self.conversation_id is not None and tip_id is not None:
+        conv_id = self.conversation_id
+        if conv_id is not None and tip_id is not None:
             self.tip_id = tip_id
-            self._guard(lambda s: s.show_branch(self.conversation_id, tip_id))
+            self._guard(lambda s: s.show_branch(conv_id, tip_id))
 
     def on_reply_start(self) -> None:
         """Insert the reply as in progress (``on_event`` does this on the first event); a reply being
@@ -269,7 +271,8 @@ class HistoryRecorder:
             self._partial = {"content": continued.content, "reasoning": continued.reasoning}
             self._opening = continued.opening
             store_id = continued.store_id
-            self._guard(lambda s: s.reopen_reply(store_id, continued.opening))
+            if store_id is not None:  # a reply never stored has no row to reopen
+                self._guard(lambda s: s.reopen_reply(store_id, continued.opening))
             if self.enabled:
                 self._reply_id = store_id
             return
@@ -308,8 +311,9 @@ class HistoryRecorder:
         reply_id: int | None
         if self._reply_id is None and continued is not None and continued is message:
             # a continuation that streamed no text (it ended at once): its row is updated, never added again
-            reply_id = continued.store_id
-            self._guard(lambda s: s.finish_message(reply_id, message))
+            reply_id = stored = continued.store_id
+            if stored is not None:  # a reply never stored has no row to finish
+                self._guard(lambda s: s.finish_message(stored, message))
         elif self._reply_id is None:
             reply_id = self._add(message)
         else:

@@ -32,11 +32,10 @@ def resume_into(session: Any, conv_id: int, recorder: Any = None) -> Any:
     next message follows its last one."""
     from app.history.store import ChatStore
 
-    store = recorder.store if recorder is not None and recorder.enabled else None
+    shared = recorder.store if recorder is not None and recorder.enabled else None
     try:
-        own = store is None
-        if own:
-            store = ChatStore(readonly=True)
+        own = shared is None
+        store = ChatStore(readonly=True) if shared is None else shared
         try:
             conversation = store.load(conv_id)
         finally:

@@ -28,7 +28,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from app.history.full_disk import disk_is_full, full_disk_reason
 from app.history.types import (Conversation, ConversationInfo, StoredMessage, StoreError, as_dict,
@@ -124,13 +124,13 @@ class _Connection(sqlite3.Connection):
     statement pays for the retry.
     """
 
-    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:  # type: ignore[override]
+    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:
         try:
             return super().execute(sql, parameters)
         except UnicodeEncodeError:
             return super().execute(sql, _valid_utf8(parameters))
 
-    def executemany(self, sql: str, seq: Any) -> sqlite3.Cursor:  # type: ignore[override]
+    def executemany(self, sql: str, seq: Any) -> sqlite3.Cursor:
         rows = list(seq)
         try:
             return super().executemany(sql, rows)
@@ -371,7 +371,7 @@ class ChatStore:
                 " sampling_json, settings_json, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
                 (title, str(model or ""), model_name, template, system,
                  json.dumps(as_dict(sampling) or {}), json.dumps(settings or {}), now, now))
-            return int(cur.lastrowid)
+            return _row_id(cur)
 
     def update_conversation(self, conv_id: int, *, system: str | None = None,
                             template: str | None = None, sampling: Any = None,
@@ -506,7 +506,7 @@ class ChatStore:
                 stats=json.loads(r["stats_json"]) if r["stats_json"] else None,
                 created_at=r["created_at"], finished_at=r["finished_at"],
                 tool=json.loads(r["tool_json"]) if r["tool_json"] else None, parent_id=r["parent_id"],
-                **dict(zip(("opening", "reply_ids"), parse_reply_json(r["reply_json"]))))
+                **_reply_fields(r["reply_json"]))
             for r in self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conv_id,))
         }
         with self._lock:
@@ -537,7 +537,7 @@ class ChatStore:
                 f"INSERT INTO messages (conversation_id, {', '.join(cols)}, created_at, finished_at, parent_id) "
                 f"VALUES (?, {', '.join('?' * len(cols))}, ?, ?, {_PARENT_SQL if parent_id is TIP else '?'})",
                 (conv_id, *cols.values(), created, finished, conv_id if parent_id is TIP else parent_id))
-            msg_id = int(cur.lastrowid)
+            msg_id = _row_id(cur)
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
             self._touch(conn, conv_id, now, cols["role"], cols["content"])
             return msg_id
@@ -559,7 +559,7 @@ class ChatStore:
                                f"VALUES (?, ?, ?, ?, {_PARENT_SQL if parent_id is TIP else '?'})",
                                (conv_id, role, now, os.getpid(), conv_id if parent_id is TIP else parent_id))
             self._touch(conn, conv_id, now)
-            msg_id = int(cur.lastrowid)
+            msg_id = _row_id(cur)
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (msg_id, conv_id))
         _ACTIVE_REPLIES.add((self._key, msg_id))
         return msg_id
@@ -644,7 +644,7 @@ class ChatStore:
         return path[::-1]
 
     def import_conversation(self, info: ConversationInfo, messages: list[StoredMessage],
-                            branches: list[StoredMessage] = ()) -> int:
+                            branches: Sequence[StoredMessage] = ()) -> int:
         """Insert a whole conversation (from an export) in one transaction; returns its new id.
 
         ``messages`` is the shown branch; ``branches`` the other messages, linked by ``id`` and
@@ -659,7 +659,7 @@ class ChatStore:
                 (info.title, info.model_path, info.model_name, info.template, info.system_prompt,
                  json.dumps(info.sampling), json.dumps(info.settings), info.created_at, info.updated_at,
                  info.forked_from, info.forked_at))
-            conv_id = int(cur.lastrowid)
+            conv_id = _row_id(cur)
             new_ids: dict[int, int] = {}  # exported id -> id here
             previous: int | None = None
             tip: int | None = None
@@ -678,7 +678,7 @@ class ChatStore:
                      json.dumps(m.stats) if m.stats is not None else None, m.created_at, m.finished_at,
                      json.dumps(m.tool, ensure_ascii=False) if m.tool else None, parent,
                      reply_json(m.opening, m.reply_ids)))
-                new_id = int(cur.lastrowid)
+                new_id = _row_id(cur)
                 if m.id:
                     new_ids[m.id] = new_id
                 previous = new_id
@@ -714,16 +714,28 @@ class ChatStore:
                 (title or f"{source['title'] or '(untitled)'} (fork)", source["model_path"], source["model_name"],
                  source["template"], source["system_prompt"], source["sampling_json"], source["settings_json"],
                  now, now, conv_id, at_message_id))
-            new_conv = int(cur.lastrowid)
+            new_conv = _row_id(cur)
             columns = ("role, content, reasoning, prompt_tokens, completion_tokens, reasoning_tokens, ttft_s,"
                        " tokens_per_s, finish_reason, stats_json, created_at, finished_at, tool_json, reply_json")
             parent: int | None = None
             for old_id in path:
                 cur = conn.execute(f"INSERT INTO messages (conversation_id, {columns}, parent_id) SELECT ?, "
                                    f"{columns}, ? FROM messages WHERE id = ?", (new_conv, parent, old_id))
-                parent = int(cur.lastrowid)
+                parent = _row_id(cur)
             # a reply still being written elsewhere is copied as it stands, finished as interrupted
             conn.execute("UPDATE messages SET finish_reason = 'interrupted', finished_at = ? WHERE conversation_id = ?"
                          " AND role != 'user' AND finish_reason IS NULL", (now, new_conv))
             conn.execute("UPDATE conversations SET tip_id = ? WHERE id = ?", (parent, new_conv))
             return new_conv
+
+
+def _row_id(cur: sqlite3.Cursor) -> int:
+    """The id SQLite gave the row ``cur`` just inserted."""
+    assert cur.lastrowid is not None  # set by every INSERT
+    return cur.lastrowid
+
+
+def _reply_fields(reply_json: str | None) -> dict[str, Any]:
+    """A stored reply's ``opening`` and ``reply_ids`` (its ``reply_json`` column), as StoredMessage's fields."""
+    opening, reply_ids = parse_reply_json(reply_json)
+    return {"opening": opening, "reply_ids": reply_ids}

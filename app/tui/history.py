@@ -106,6 +106,7 @@ class ChatHistory:
         from app.history.recorder import HistoryRecorder
 
         chat = self.host.chat
+        assert chat is not None  # made when a model has loaded
         # the session is what is sent: its system prompt and sampling are what a new conversation stores
         recorder = HistoryRecorder.from_options(
             self.host.options, store=self._store_arg, model_path=chat.model_path,
@@ -123,6 +124,7 @@ class ChatHistory:
             self.recorder.resume(old.conversation_id, old.tip_id)
             self._still_stored()
             chat = self.host.chat  # /model: the conversation goes on with this model, template and sampling
+            assert chat is not None  # a model has loaded
             self.recorder.update(model=str(chat.model_path), model_name=chat.info.model_name or chat.model_path.stem,
                                  template=chat.template.name, sampling=chat.session.sampling)
             self.recorder.store_vocabulary()  # the switch is recorded, as headless --switch-model records it
@@ -405,7 +407,9 @@ class ChatHistory:
         if not sidebar.has_class("-open") or self.store is None:
             return
         if search is None:
-            search = sidebar.query_one("#history-search").value
+            from textual.widgets import Input
+
+            search = sidebar.query_one("#history-search", Input).value
         from app.history.store import StoreError
 
         try:
@@ -547,6 +551,7 @@ class ChatHistory:
             self.recorder.resume(conv_id, settled[-1].id if settled else None)
             if switched is not None:  # recorded as /model and headless --switch-model record it
                 chat = host.chat
+                assert chat is not None  # the switch is to the model loaded
                 record_switch(self.recorder, conversation.info, switched, model=str(chat.model_path),
                               model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
                               sampling=session.sampling)
