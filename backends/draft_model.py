@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from backends.base import common_prefix_length
+
+if TYPE_CHECKING:
+    from backends.llama_engine import LlamaEngine
 
 #: special-id keys of a GGUF vocabulary that must agree between the two models
 _SPECIAL_KEYS = ("bos", "eos", "eot", "eom", "sep", "pad", "unk")
@@ -84,7 +87,8 @@ class ModelDrafter:
     cuts it back to the common prefix before drafting again.
     """
 
-    def __init__(self, engine, context: Sequence[int], config: DraftModelConfig = DraftModelConfig()) -> None:
+    def __init__(self, engine: LlamaEngine, context: Sequence[int],
+                 config: DraftModelConfig = DraftModelConfig()) -> None:
         self.engine = engine
         self.config = config
         self.ids: list[int] = [int(t) for t in context]
