@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,10 @@ from templates.names import NAMES as TEMPLATE_NAMES
 #: --kv-type's values: one type for K and V, or K/V
 KV_TYPE_CHOICES = tuple(_KV_NAMES) + tuple(f"{k}/{v}" for k in _KV_NAMES for v in _KV_NAMES if k != v)
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 CONFIG_NAME = "config.toml"
 DEFAULTS_PATH = Path(__file__).resolve().parents[2] / "configs" / "default.toml"
