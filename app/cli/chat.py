@@ -16,7 +16,8 @@ from app.errors import CLIError
 from templates.names import NAMES as TEMPLATE_NAMES
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse._ActionsContainer) -> None:
+    """The chat's flags, on a parser or on one of its groups (``config show`` adds them as a group)."""
     add = parser.add_argument
     add("--model", "-m", help="a .gguf file, an MLX model directory, hf:ORG/REPO/FILE.gguf, hf:ORG/REPO:QUANT "
         "or a preset name, downloaded on first use (default: the bundled SmolLM2-135M-Instruct)")
