@@ -31,7 +31,10 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Sequence
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ def _partial_suffix(text: str, marker: str) -> int:
 
 
 # ------------------------------------------------------------------------------------- parsing
-def parse_reply(tokenizer: Any, syntax: CallSyntax | None, reply_ids: Sequence[int],
+def parse_reply(tokenizer: Tokenizer, syntax: CallSyntax | None, reply_ids: Sequence[int],
                 content: str, tool_names: Collection[str] = ()) -> ParsedReply:
     """The calls in a finished reply (``reply_ids`` as generated, ``content`` the answer text).
 
@@ -232,7 +235,8 @@ _FENCED = re.compile(r"\A\s*```(?:json)?\s*\n(.*?)\n?```\s*\Z", re.DOTALL)
 _BARE_CALL = re.compile(r'\A\s*\{\s*"name"\s*:\s*"([^"]+)"')
 
 
-def _parse_bare(tokenizer: Any, content: str, reply_ids: Sequence[int], tool_names: Collection[str]) -> ParsedReply:
+def _parse_bare(tokenizer: Tokenizer, content: str, reply_ids: Sequence[int],
+                tool_names: Collection[str]) -> ParsedReply:
     fenced = _FENCED.match(content)
     body = fenced.group(1) if fenced else content
     named = _BARE_CALL.match(body)
@@ -250,18 +254,18 @@ def _parse_bare(tokenizer: Any, content: str, reply_ids: Sequence[int], tool_nam
         pos = end
         while pos < len(text) and text[pos] in " \t\r\n,;":
             pos += 1
-    stops = set(getattr(tokenizer, "eog_ids", ()) or ())
+    stops = set(tokenizer.eog_ids)
     return ParsedReply("", calls, sum(1 for i in reply_ids if i not in stops))
 
 
-def _single_token(tokenizer: Any, text: str) -> int | None:
-    specials = getattr(tokenizer, "special_tokens", None) or {}
+def _single_token(tokenizer: Tokenizer, text: str) -> int | None:
+    specials = tokenizer.special_tokens
     return specials.get(text) if text else None
 
 
-def _call_tokens(tokenizer: Any, syntax: CallSyntax, reply_ids: Sequence[int], marker_id: int | None) -> int:
+def _call_tokens(tokenizer: Tokenizer, syntax: CallSyntax, reply_ids: Sequence[int], marker_id: int | None) -> int:
     """Ids from each opening marker to its closing one (or to the end of the reply)."""
-    stops = set(getattr(tokenizer, "eog_ids", ()) or ())
+    stops = set(tokenizer.eog_ids)
     ids = [i for i in reply_ids if i not in stops]
     if syntax.family == "llama3" or marker_id is None:
         if syntax.family == "llama3":
