@@ -198,6 +198,46 @@ def _partial_suffix(text: str, marker: str) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- held arguments
+def arguments_constraint(tokenizer: Any, syntax: CallSyntax | None, tools: Collection[Any]) -> Any:
+    """The reply constraint that holds every call's arguments to its tool's input schema
+    (``[tools] constrain_arguments``), or None where tokchat cannot hold them: a syntax other than
+    Hermes/Qwen's ``<tool_call>`` markers, or no tools.  The text around calls stays free.
+
+    ``tools``: :class:`app.tools.mcp_client.ToolInfo`.  A ConstraintError (one line) when a tool's schema
+    cannot be compiled; the caller says so and leaves the calls free."""
+    if syntax is None or syntax.family != "hermes" or not tools:
+        return None
+    from backends.constraint import parse_constraint, tool_calls_source
+
+    special = _single_token(tokenizer, syntax.open) is not None and _single_token(tokenizer, syntax.close) is not None
+    source = tool_calls_source(syntax.open, syntax.close, special, [(t.name, t.input_schema) for t in tools])
+    return parse_constraint("tool_calls", source)
+
+
+def hold_arguments(session: Any, syntax: CallSyntax | None, tools: Collection[Any]) -> str:
+    """Hold the calls ``session`` generates to their tools' input schemas (``[tools] constrain_arguments``):
+    its sampling gets :func:`arguments_constraint`.  Returns "" or one line saying why they stay free (a
+    reply format the user set wins; a server or a call syntax tokchat cannot hold; a schema it cannot
+    compile)."""
+    from dataclasses import replace
+
+    from backends.constraint import ConstraintError
+
+    if session.sampling.constraint is not None and session.sampling.constraint.kind != "tool_calls":
+        return "tool arguments are not held while a reply format is on (/format off holds them)"
+    if session.backend.info.backend == "remote":
+        return "tool arguments are held by tokchat's own engine only: a server's calls stay free"
+    try:
+        constraint = arguments_constraint(session.tokenizer, syntax, tools)
+    except ConstraintError as exc:
+        return f"tool arguments are not held: {exc}"
+    if constraint is None:
+        return "tool arguments are held for <tool_call> (Hermes/Qwen) calls only: this model's stay free"
+    session.sampling = replace(session.sampling, constraint=constraint)
+    return ""
+
+
 # ------------------------------------------------------------------------------------- parsing
 def parse_reply(tokenizer: Tokenizer, syntax: CallSyntax | None, reply_ids: Sequence[int],
                 content: str, tool_names: Collection[str] = ()) -> ParsedReply:

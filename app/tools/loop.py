@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from app.conversation.session import ChatMessage, ChatSession, ReplyEvent, TurnStats
-from app.tools.calls import CallStreamSplitter, CallSyntax, ToolCall, parse_reply, syntax_for
+from app.tools.calls import CallStreamSplitter, CallSyntax, ToolCall, hold_arguments, parse_reply, syntax_for
 from app.tools.display import call_line
 from app.tools.mcp_client import ToolInfo, ToolResult
 from app.settings.tools import ToolSettings
@@ -102,6 +102,9 @@ class ToolLoop:
         self._cancel = threading.Event()
         session.tools = [t.schema() for t in self.tools.values()] if self.tools else None
         session.tool_instructions = self.settings.instructions
+        #: why the calls' arguments stay free though [tools] constrain_arguments asks (said once), or ""
+        self.unheld = (hold_arguments(session, self.syntax, list(self.tools.values()))
+                       if self.settings.constrain_arguments and self.active else "")
 
     @property
     def active(self) -> bool:
@@ -122,6 +125,9 @@ class ToolLoop:
         """Run a turn whose first step is ``first_step`` (``send``, ``regenerate``, ``edit_last_user``)."""
         self._cancel.clear()
         self._answered = {}
+        if self.unheld:
+            yield ReplyEvent("notice", self.unheld)
+            self.unheld = ""
         started = time.monotonic()
         steps: list[TurnStats] = []
         call_tokens = result_tokens = 0
