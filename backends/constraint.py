@@ -39,7 +39,7 @@ from typing import Any, Collection, Sequence
 from backends.base import OutputConstraint
 
 #: the kinds of constraint, as ``OutputConstraint.kind`` spells them
-KINDS = ("json", "json_schema", "regex", "grammar")
+KINDS = ("json", "json_schema", "regex", "grammar", "tool_calls")
 #: the largest schema, regex or grammar accepted (a larger one is refused before it is parsed)
 MAX_SOURCE_BYTES = 1 << 20
 #: the schema ``--json`` means: any JSON value
@@ -66,6 +66,8 @@ def describe(constraint: OutputConstraint | None) -> str:
         return "json"
     if constraint.kind == "json_schema":
         return "json schema"
+    if constraint.kind == "tool_calls":
+        return "tool arguments"
     if constraint.kind == "regex":
         shown = constraint.source if len(constraint.source) <= 24 else constraint.source[:23] + "…"
         return f"regex /{shown}/"
@@ -90,7 +92,8 @@ def parse_constraint(kind: str, source: str = "") -> OutputConstraint:
     if kind == "json":
         source = ANY_JSON
     size = len(source.encode("utf-8", "surrogatepass"))
-    what = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "json": "schema"}[kind]
+    what = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "json": "schema",
+            "tool_calls": "tools' input schemas"}[kind]
     if size > MAX_SOURCE_BYTES:
         raise ConstraintError(f"the {what} is {size / (1 << 20):.1f} MB: the most accepted is "
                               f"{MAX_SOURCE_BYTES >> 20} MB")
@@ -197,6 +200,8 @@ def grammar_text(constraint: OutputConstraint) -> str:
 
     kind = constraint.kind
     try:
+        if kind == "tool_calls":
+            return LLMatcher.grammar_from_lark(tool_calls_lark(json.loads(constraint.source)))
         if kind in ("json", "json_schema"):
             return LLMatcher.grammar_from_json_schema(constraint.source or ANY_JSON)
         if kind == "regex":
@@ -204,6 +209,33 @@ def grammar_text(constraint: OutputConstraint) -> str:
         return grammar_from("gbnf" if is_gbnf(constraint.source) else "lark", constraint.source)
     except ValueError as exc:
         raise ConstraintError(f"the {kind.replace('_', ' ')} cannot be used: {_one_line(str(exc))}") from exc
+
+
+def tool_calls_source(open_marker: str, close_marker: str, special: bool, tools: Sequence[tuple[str, dict]]) -> str:
+    """The ``source`` of a "tool_calls" constraint: free text, and every call between ``open_marker`` and
+    ``close_marker`` (Hermes/Qwen: ``<tool_call>`` ... ``</tool_call>``) a JSON object ``{"name": NAME,
+    "arguments": ...}`` whose arguments match that tool's input schema.  ``special``: the markers are single
+    special ids (named as such in the grammar, as the call parser reads them); ``tools``: (name, schema)."""
+    return json.dumps({"open": open_marker, "close": close_marker, "special": special,
+                       "tools": [{"name": name, "schema": schema or {"type": "object"}} for name, schema in tools]})
+
+
+def tool_calls_lark(spec: dict) -> str:
+    """The Lark grammar of a "tool_calls" constraint (:func:`tool_calls_source`): llguidance's structural
+    tags in a form of tokchat's, a call's JSON held to ``anyOf`` the tools' ``{"name", "arguments"}``, in
+    its markers or bare (the whole reply one call, as :func:`app.tools.calls.parse_reply` reads one)."""
+    calls = {"anyOf": [{"type": "object", "properties": {"name": {"const": tool["name"]}, "arguments": tool["schema"]},
+                        "required": ["name", "arguments"], "additionalProperties": False} for tool in spec["tools"]]}
+    body = f"NL? %json {json.dumps(calls)} NL?"
+    if spec["special"]:
+        call = f"call: TEXT {spec['open']} {body} {spec['close']}"
+    else:
+        call = f"call_open[lazy]: TEXT {json.dumps(spec['open'])}\ncall: call_open {body} {json.dumps(spec['close'])}"
+    # a small model often writes its call bare (a JSON object, or one in a ```json fence), which the call
+    # parser takes too: held the same way; so text may not open with "{" or "`" (it would be a free call)
+    bare = f'bare: ("```json" NL?)? %json {json.dumps(calls)} (NL? "```")? NL?'
+    return "\n".join(["%llguidance {}", "start: call* TEXT | bare", call, bare, r"TEXT: /([^{`](.|\n)*)?/",
+                       r"NL: /[ \t\r\n]+/", ""])
 
 
 def answer_after_think(answer: str, *, opened: bool, special_tags: bool) -> str:
@@ -419,7 +451,8 @@ def check_reply(constraint: OutputConstraint, text: str) -> str | None:
     """None when ``text`` matches ``constraint``, else one line saying where it does not.
 
     A JSON Schema is checked with the ``jsonschema`` package (independent of the engine that enforced
-    it); a regex with the ``regex`` package; a grammar is not checked again here.
+    it); a regex with the ``regex`` package; a grammar is not checked again here, nor tool calls (the
+    tool loop's parser judges those).
     """
     if constraint.kind in ("json", "json_schema"):
         try:
@@ -470,6 +503,8 @@ def server_fields(constraint: OutputConstraint | None, server: str) -> dict[str,
     from backends.base import BackendError
 
     kind, source = constraint.kind, constraint.source or ANY_JSON
+    if kind == "tool_calls":
+        return {}  # a server gets the tools' schemas in its own tools field; tokchat's parser judges the calls
     if server == "llamacpp":
         if kind in ("json", "json_schema"):
             return {"json_schema": json.loads(source)}
@@ -508,4 +543,4 @@ def reply_verdict(constraint: OutputConstraint, text: str, finish_reason: str, w
 
 
 __all__ = ["ConstraintError", "ConstrainedReply", "GrammarVocabulary", "VocabularyCache", "check_reply",
-           "answer_after_think", "describe", "grammar_text", "is_gbnf", "parse_constraint", "refuse_format", "reply_verdict", "server_fields", "KINDS", "MAX_SOURCE_BYTES"]
+           "answer_after_think", "describe", "tool_calls_lark", "tool_calls_source", "grammar_text", "is_gbnf", "parse_constraint", "refuse_format", "reply_verdict", "server_fields", "KINDS", "MAX_SOURCE_BYTES"]
