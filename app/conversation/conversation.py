@@ -241,6 +241,11 @@ class Conversation:
         if last.finish_reason == "stop" and not (last.opening and last.content == last.opening):
             return ("the last reply ended on its own (stop), so there is nothing to continue; /reply TEXT "
                     "writes a start for a new reply and continues from it")
+        held = self.sampling.constraint
+        if held is not None and held.kind != "tool_calls" and self.backend.info.backend == "remote":
+            # tokchat's engine holds the format from where the reply stopped; a server starts its grammar afresh
+            return ("a server holds a reply format from the start of a reply only, so continuing this one would "
+                    "break it: /format off continues it as free text, or ask again")
         return None
 
     def fork_at(self, index: int) -> list[ChatMessage]:

@@ -105,3 +105,35 @@ def test_continuing_a_free_reply_with_a_format_on_is_refused_in_one_line(smollm_
     assert "turn the format off" in errors[0]
     # nothing generated, the reply kept as it was
     assert session.messages[-1].content == content and list(session.messages[-1].reply_ids) == ids
+
+
+def test_continuing_a_held_reply_on_a_server_is_refused_in_one_line(smollm_path, tmp_path):
+    """llama-server starts its grammar afresh on a continuation (the prompt ends mid-value), so tokchat
+    refuses before sending anything; the real server, SmolLM2."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backends"))
+    from remote_servers import LlamaServer
+
+    from backends.remote import RemoteSettings
+    from backends.remote_connect import connect
+    from templates import resolve_template as resolve
+
+    tok = _tokenizer(smollm_path)
+    server = LlamaServer(smollm_path, tmp_path, ctx=1024).start()
+    try:
+        backend = connect(RemoteSettings(url=server.url), tok, str(smollm_path))
+        session = session_for(tok, backend, resolve("auto", tok)[0], replace(GREEDY, constraint=HELD, max_tokens=4))
+        list(session.send("Name a colour."))
+        reply = session.messages[-1]
+        assert reply.finish_reason == "length"
+        content, ids = reply.content, list(reply.reply_ids)
+        events = list(session.continue_reply())
+        errors = [e.text for e in events if e.kind == "error"]
+        assert errors == ["a server holds a reply format from the start of a reply only, so continuing this one "
+                          "would break it: /format off continues it as free text, or ask again"]
+        assert session.messages[-1].content == content and list(session.messages[-1].reply_ids) == ids
+        backend.close()
+    finally:
+        server.stop()
