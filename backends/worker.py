@@ -36,7 +36,7 @@ import atexit
 import queue
 import threading
 import weakref
-from typing import Callable, Generator
+from typing import Callable, Generator, TypeVar
 
 from backends.base import BackendError
 from backends.handoff import ENDED, Failed, drain
@@ -44,6 +44,8 @@ from backends.timeouts import ENGINE_CLOSE_S
 
 #: emit(token_id) pushes one id to the caller; cancelled() says "stop now"
 Job = Callable[[Callable[[int], None], Callable[[], bool]], None]
+#: what a :meth:`GenerationWorker.call` returns: its function's result
+T = TypeVar("T")
 
 #: what a job's failure that is not a BackendError becomes, in the backends' words
 _ENGINE_FAILED = "the engine failed while generating: {}"
@@ -93,9 +95,10 @@ class GenerationWorker:
                 out.put(ENDED)  # after a Failed the caller has stopped reading: this one is never read
                 self._idle.set()
 
-    def call(self, fn: Callable[[], object]) -> object:
-        """Run ``fn`` on the worker thread (loading, closing); return its result or raise its exception."""
-        result: list[object] = []
+    def call(self, fn: Callable[[], T]) -> T | None:
+        """Run ``fn`` on the worker thread (loading, closing); return its result or raise its exception
+        (None when :meth:`cancel` ended the wait first)."""
+        result: list[T] = []
         failure: list[BaseException] = []
 
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
@@ -207,7 +210,7 @@ class InlineWorker:
         self._cancel = threading.Event()
         self._closed = False
 
-    def call(self, fn: Callable[[], object]) -> object:
+    def call(self, fn: Callable[[], T]) -> T | None:
         """Run ``fn`` now (loading, closing); its result or its exception, unchanged."""
         return fn()
 
