@@ -169,6 +169,8 @@ class MLXBackend:
             cache = self._cache
             assert cache is not None  # loaded; close() waits for this job
             constraint = self._constrained(sampling, stops)
+            if constraint is not None:  # a think block left free, the ids a continued reply holds taken first
+                constraint.follow(prompt, sampling.generated_ids)
             if self._state is not None:  # the longest saved prefix, loaded from disk when it beats the cache
                 stats.state = self._state.restore(cache, prompt)
             # at least the last prompt id is fed again: its logits pick the first reply id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jsonschema
@@ -40,6 +40,8 @@ PROMPT = "Describe a person as JSON with name, age and city."
 #: tokchat's default chain (repeat penalty 1.1 over the last 64 ids), greedy: the mask comes before the penalty
 FREE = SamplingParams(temperature=0, max_tokens=40)
 HELD = SamplingParams(temperature=0, max_tokens=40, constraint=OutputConstraint("json_schema", json.dumps(PERSON)))
+#: where the held reply is cut and continued (inside the object)
+CUT = 6
 
 
 @dataclass
@@ -59,6 +61,11 @@ def _replies(engine: str, path: Path, vocab, log_dir: Path) -> dict[str, Reply]:
             generation = backend.generate(vocab.chat(PROMPT), sampling, {vocab.eos})
             ids = list(generation)
             out[name] = Reply(ids, str(generation.stats.finish_reason), generation.stats.mask_ms)
+        if engine == "mlx":  # the held reply continued after its first CUT ids, as /continue asks
+            held = out["held"].ids[:CUT]
+            generation = backend.generate(vocab.chat(PROMPT) + held, replace(HELD, generated_ids=CUT), {vocab.eos})
+            out["continued"] = Reply(held + list(generation), str(generation.stats.finish_reason),
+                                     generation.stats.mask_ms)
     finally:
         backend.close()
     return out
@@ -91,3 +98,11 @@ def test_greedy_held_replies_are_the_same_on_llama_cpp_and_mlx_where_free_ones_a
     assert mlx_replies["free"].ids == llama["free"].ids, texts
     assert mlx_replies["held"].ids == llama["held"].ids, texts
     assert mlx_replies["held"].finish_reason == llama["held"].finish_reason == "stop"
+
+
+def test_a_held_reply_continued_on_mlx_is_the_one_go_reply(mlx_replies, vocab):
+    """The ids a continued reply holds are replayed through the matcher first (``generated_ids``), so the format
+    holds from where the reply stopped: the continuation is the rest of the one-go reply, id for id."""
+    assert mlx_replies["held"].finish_reason == "stop"
+    assert mlx_replies["continued"].ids == mlx_replies["held"].ids, vocab.text(mlx_replies["continued"].ids)
+    assert mlx_replies["continued"].finish_reason == "stop"
