@@ -27,7 +27,8 @@ the block: ``SamplingParams.generated_ids``) are replayed through the matcher fi
 (:meth:`ConstrainedReply.follow`), so the format holds from where the reply stopped, or the reply is
 refused in one line when what it holds already breaks it.
 
-Not handled: MLX's NumPy chain.
+The masks apply in llama.cpp's chain (:mod:`backends.llama_sampler`) and in the NumPy chain MLX uses
+(:mod:`backends.mlx`); OpenVINO exposes no logits (:func:`refuse_format`).
 """
 from __future__ import annotations
 
@@ -483,7 +484,7 @@ def check_reply(constraint: OutputConstraint, text: str) -> str | None:
 
 
 def refuse_format(engine: str, why: str) -> None:
-    """Raise the one line an engine that cannot hold a reply format gives (OpenVINO, MLX for now)."""
+    """Raise the one line an engine that cannot hold a reply format gives (OpenVINO: no logits to mask)."""
     from backends.base import BackendError
 
     raise BackendError(f"{engine} cannot hold a reply to a format ({why}): use the llama.cpp backend "
