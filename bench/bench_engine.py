@@ -175,7 +175,10 @@ def sampling_table(model: Path, temperatures: list[float], preset: str | None, s
     from backends.llama_engine import EngineParams, LlamaEngine
     from backends.llama_sampler import LlamaCppSampler, llama_chain, penalty_last_n
 
+    from backends.engine_log import capture_llama_log
+
     chat, _ = bench_prompts(model, 64)
+    log = capture_llama_log(Path(tempfile.gettempdir()) / "tokchat-bench-sampling.log")  # not on the table
     engine = LlamaEngine(model, EngineParams(n_ctx=2048, n_threads=llama_default_threads()))
     try:
         engine.decode(chat)
@@ -203,7 +206,7 @@ def sampling_table(model: Path, temperatures: list[float], preset: str | None, s
                 sampler.close()
 
         print(f"\nsampling step, {engine.n_vocab:,} ids in the vocabulary, preset {preset or 'none'}: "
-              f"microseconds per id, medians of 5 rounds of {ids}")
+              f"microseconds per id, medians of 5 rounds of {ids} (llama.cpp's log: {log})")
         print("| temperature | penalty | tokchat | llama.cpp's chain (llama-server's) | ratio |")
         print("|---:|---|---:|---:|---:|")
         for temperature in temperatures:
