@@ -126,6 +126,9 @@ class LoadOptions:
     n_ctx: int | None = None  # default: training context capped at 8192
     n_threads: int | None = None
     n_gpu_layers: int | None = None
+    #: each GPU's free bytes as the chat's process read them (backends.gpu_inventory), so the engine's process
+    #: plans its offload without asking nvidia-smi again; None: the engine reads them itself
+    gpu_free: list[int] | None = None
     log_path: Path | None = None  # engine logs go here, never to the terminal
     #: llama.cpp's flash attention: "auto" (llama.cpp's and llama-server's default), "on" or "off"
     flash_attn: str = "auto"

@@ -117,6 +117,8 @@ class LlamaCppBackend:
         self._prefill_chunk = PREFILL_CHUNK
         #: the draft model's own llama.cpp context (``LoadOptions.draft_model``); None without one
         self._draft_engine = None
+        #: the draft model's ``n_gpu_layers`` as the offload plan placed it (:meth:`_gpu_layers`); None: the main's
+        self._draft_gpu_layers: int | None = None
         #: the KV state kept on disk between runs (``LoadOptions.state_dir``, backends.state_keeper); None: off
         self._state: StateKeeper | None = None
         #: the vocabulary as the grammar engine sees it (backends.constraint), made on the first constrained reply
@@ -148,7 +150,8 @@ class LlamaCppBackend:
                 flash_attn = "on"
                 kv_note = f"flash attention on: the {kv_type.v} V cache needs it"
         drafts = options.draft_model if options.speculative in ("draft", "auto") else None
-        gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers, kv_type, drafts)
+        gpu_layers, plan = self._gpu_layers(Path(model_path), meta, n_ctx, options.n_gpu_layers, kv_type, drafts,
+                                            options.gpu_free)
         threads = options.n_threads or default_threads()
         # on a GPU, llama.cpp's own logical batch (2048, as llama-server): 256-id calls left the GPU idle
         # between them, behind llama-server's prompt speed (docs/engine.md, "Figures behind the code's choices")
@@ -240,7 +243,7 @@ class LlamaCppBackend:
             raise BackendError(differs)
         start = _log_size(self.log_path)
         try:
-            layers = getattr(self, "_draft_gpu_layers", None)
+            layers = self._draft_gpu_layers
             draft_params = params if layers is None else replace(params, n_gpu_layers=layers)
             self._draft_engine = self._worker.call(lambda: LlamaEngine(path, draft_params))
         except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
@@ -252,19 +255,20 @@ class LlamaCppBackend:
                 "cache)")
 
     def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None, kv_type: KvType = F16,
-                    draft: Path | None = None):
+                    draft: Path | None = None, known_free: list[int] | None = None):
         """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown); sets
         the draft model's own ``n_gpu_layers`` (:attr:`_draft_gpu_layers`), planned with it.
 
         On the CPU nothing is offloaded whatever was asked: llama.cpp ignores the number there, and taking it
         as given made the stats say "10/31" layers on a GPU that is not there (see :meth:`load`'s note)."""
-        self._draft_gpu_layers: int | None = None  # None: the main model's
+        self._draft_gpu_layers = None
         if self.device == "CPU":
             return 0, None
         if asked is not None:
             return asked, None
-        # each GPU's free memory, read once in this process (backends.gpu_inventory)
-        free = gpu_inventory.current().free_vram_per_gpu() if self.device == "CUDA" else []
+        # each GPU's free memory: as the chat's process read it, else read once in this one (backends.gpu_inventory)
+        free = [] if self.device != "CUDA" else (known_free if known_free is not None
+                                                 else gpu_inventory.current().free_vram_per_gpu())
         plan = default_offload(path, meta, n_ctx, kv_type, free, draft) if free else None
         if plan is None:
             return -1, None  # llama.cpp's own "all layers"

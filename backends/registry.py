@@ -70,10 +70,12 @@ def open_backend(model_path: Path | str, options: LoadOptions, probe: SystemProb
     for n, candidate in enumerate(order):
         backend = ENGINES[candidate.engine](candidate) if in_process() else hosted(candidate, spare)
         opts = options
+        if candidate.device == "CUDA" and options.gpu_free is None:  # what detection read, for the offload plan
+            opts = replace(opts, gpu_free=report.facts.gpus.free_vram_per_gpu())
         if candidate.engine != "openvino" and options.device:
-            opts = replace(options, device=None)  # --device picks the OpenVINO device only
+            opts = replace(opts, device=None)  # --device picks the OpenVINO device only
         elif candidate.engine == "openvino" and not options.device and candidate.device != "CPU":
-            opts = replace(options, device=candidate.device)
+            opts = replace(opts, device=candidate.device)
         try:
             backend.load(path, opts)
         except BackendError as exc:
