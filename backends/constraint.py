@@ -35,9 +35,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 from backends.base import OutputConstraint
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 #: the kinds of constraint, as ``OutputConstraint.kind`` spells them
 KINDS = ("json", "json_schema", "regex", "grammar", "tool_calls")
@@ -126,7 +129,8 @@ def _checked_schema(source: str) -> str:
     from jsonschema.validators import validator_for
 
     try:
-        validator_for(schema).check_schema(schema)
+        # types-jsonschema types a schema as a dict; true and false are schemas too, and jsonschema takes them
+        validator_for(schema).check_schema(schema)  # type: ignore[arg-type]
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path) or "the top level"
         raise ConstraintError(f"the JSON Schema is not valid at {where}: {_one_line(exc.message)}") from exc
@@ -151,7 +155,7 @@ def _resolve_pointer(schema: Any, ref: str) -> Any:
     return node
 
 
-def _refuse_ref_loops(schema: dict) -> None:
+def _refuse_ref_loops(schema: dict[str, Any]) -> None:
     """Refuse a ``$ref`` that leads back to itself through nothing but other ``$ref``s and combinators.
 
     A recursive schema that nests (a tree whose children are trees) is fine: each level is a value
@@ -212,7 +216,8 @@ def grammar_text(constraint: OutputConstraint) -> str:
         raise ConstraintError(f"the {kind.replace('_', ' ')} cannot be used: {_one_line(str(exc))}") from exc
 
 
-def tool_calls_source(open_marker: str, close_marker: str, special: bool, tools: Sequence[tuple[str, dict]]) -> str:
+def tool_calls_source(open_marker: str, close_marker: str, special: bool,
+                      tools: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The ``source`` of a "tool_calls" constraint: free text, and every call between ``open_marker`` and
     ``close_marker`` (Hermes/Qwen: ``<tool_call>`` ... ``</tool_call>``) a JSON object ``{"name": NAME,
     "arguments": ...}`` whose arguments match that tool's input schema.  ``special``: the markers are single
@@ -221,7 +226,7 @@ def tool_calls_source(open_marker: str, close_marker: str, special: bool, tools:
                        "tools": [{"name": name, "schema": schema or {"type": "object"}} for name, schema in tools]})
 
 
-def tool_calls_lark(spec: dict) -> str:
+def tool_calls_lark(spec: dict[str, Any]) -> str:
     """The Lark grammar of a "tool_calls" constraint (:func:`tool_calls_source`): llguidance's structural
     tags in a form of tokchat's, a call's JSON held to ``anyOf`` the tools' ``{"name", "arguments"}``, in
     its markers or bare (the whole reply one call, as :func:`app.tools.calls.parse_reply` reads one)."""
@@ -273,7 +278,7 @@ class GrammarVocabulary:
     so a grammar never spells one out; the stop ids are what a finished reply may end with.
     """
 
-    def __init__(self, tokenizer: Any, stop_ids: Collection[int], n_vocab: int | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, stop_ids: Collection[int], n_vocab: int | None = None) -> None:
         import llguidance
         from tokenizer.core import ATTR_CONTROL, ATTR_USER_DEFINED
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 if TYPE_CHECKING:
     from tokenizer.protocol import Tokenizer
+    from tokenizer.protocol import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ def _partial_suffix(text: str, marker: str) -> int:
 
 
 # ---------------------------------------------------------------------------- held arguments
-def arguments_constraint(tokenizer: Any, syntax: CallSyntax | None, tools: Collection[Any]) -> Any:
+def arguments_constraint(tokenizer: Tokenizer, syntax: CallSyntax | None, tools: Collection[Any]) -> Any:
     """The reply constraint that holds every call's arguments to its tool's input schema
     (``[tools] constrain_arguments``), or None where tokchat cannot hold them: a syntax other than
     Hermes/Qwen's ``<tool_call>`` markers, or no tools.  The text around calls stays free.

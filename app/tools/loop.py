@@ -33,7 +33,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
 from app.conversation.session import ChatMessage, ChatSession, ReplyEvent, TurnStats
 from app.tools.calls import CallStreamSplitter, CallSyntax, ToolCall, hold_arguments, parse_reply, syntax_for
@@ -41,6 +41,9 @@ from app.tools.display import call_line
 from app.tools.mcp_client import ToolInfo, ToolResult
 from app.settings.tools import ToolSettings
 from backends.base import FinishReason
+
+if TYPE_CHECKING:
+    from tokenizer.protocol import Tokenizer
 
 #: approval answers
 ONCE, ALWAYS, DENY = "once", "always", "deny"
@@ -83,7 +86,7 @@ class ToolLoop:
     def __init__(self, session: ChatSession, toolbox: Toolbox, tools: Sequence[ToolInfo], *,
                  approve: Approver, settings: ToolSettings | None = None,
                  syntax: CallSyntax | None = None,
-                 on_message: Callable[[ChatMessage], None] | None = None) -> None:
+                 on_message: Callable[[ChatMessage], object] | None = None) -> None:
         """``on_message`` is told about every message the loop adds or finishes between steps
         (intermediate replies and tool results), in order, for the history."""
         self.session = session
@@ -153,6 +156,7 @@ class ToolLoop:
                     yield ReplyEvent("notice", f"the turn reached its limit of {self.settings.max_steps} model "
                                      f"steps (tools.max_steps): {len(parsed.calls)} call(s) not run")
                 break
+            assert reply is not None  # the calls were parsed from it
             malformed_raw = "".join("\n" + c.raw for c in parsed.calls if c.error is not None)
             self.session.replace_reply(reply, (parsed.content + malformed_raw).strip(),
                                        [c.message_form() for c in parsed.valid_calls] or None)
@@ -303,7 +307,7 @@ def _key(call: ToolCall) -> tuple[str, str]:
     return call.name, json.dumps(call.arguments, sort_keys=True)
 
 
-def fit_result(tokenizer: Any, text: str, budget: int) -> tuple[str, int]:
+def fit_result(tokenizer: Tokenizer, text: str, budget: int) -> tuple[str, int]:
     """``(text to send, its tokens)``: ``text`` whole if it fits ``budget`` tokens, else its start with a
     notice, at most ``budget`` tokens in all (only the notice, or nothing, when ``budget`` is that small).
 

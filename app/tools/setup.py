@@ -15,6 +15,7 @@ from app.tools.mcp_client import McpHub
 from app.settings.tools import ToolSettings
 
 if TYPE_CHECKING:
+    from app.conversation.messages import ChatMessage
     from tokenizer.protocol import Tokenizer
 
 
@@ -30,7 +31,7 @@ class ChatTools:
 
 
 def open_tools(settings: ToolSettings | None, session: Any, *, approve: Approver,
-               notify: Callable[[str], None], on_message: Callable[[Any], None] | None = None
+               notify: Callable[[str], None], on_message: Callable[[ChatMessage], object] | None = None
                ) -> ChatTools | None:
     """The chat's tools, or None when none are enabled or none could be started."""
     if settings is None or not settings.selected():
