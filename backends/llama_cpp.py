@@ -46,7 +46,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 from backends import gpu_inventory
 from backends.base import (
@@ -65,6 +65,12 @@ from backends.speculative import MODES, DrafterConfig, Speculator
 from backends.state_keeper import CLOSE_WAIT_S, StateKeeper, open_keeper
 from backends.worker import Worker, new_worker
 
+if TYPE_CHECKING:
+    from backends.constraint import ConstrainedReply, VocabularyCache
+    from backends.llama_engine import EngineParams, LlamaEngine
+    from backends.model_meta import ModelMeta
+    from backends.offload import OffloadPlan
+
 #: ids per engine call while evaluating a long new prompt: the cancel and progress granularity there
 PREFILL_CHUNK = 256
 #: the same with layers on a GPU, which evaluates 2,048 ids in a few tens of milliseconds
@@ -81,12 +87,14 @@ def _log_size(path: Path | None) -> int:
 
 
 def _log_since(path: Path | None, start: int) -> str:
-    """What the engine log gained since byte ``start`` (this load's lines)."""
+    """What the engine log gained since byte ``start`` (this load's lines); "" without a log."""
+    if path is None:
+        return ""
     try:
-        with open(path, "rb") as fh:  # type: ignore[arg-type]
+        with open(path, "rb") as fh:
             fh.seek(start)
             return fh.read().decode("utf-8", errors="replace")
-    except (OSError, TypeError):
+    except OSError:
         return ""
 
 
@@ -110,19 +118,19 @@ class LlamaCppBackend:
         #: what times a decode step for ``auto``'s draft-model check (:class:`SpeedCheck`); a test may count cost instead
         self.clock: Callable[[], float] = time.perf_counter
         self.log_path: Path | None = None
-        self._engine = None
+        self._engine: LlamaEngine | None = None
         self._worker: Worker | None = None
         self._model_path: Path | None = None
         self._model_identity: tuple[int, int] | None = None
         self._prefill_chunk = PREFILL_CHUNK
         #: the draft model's own llama.cpp context (``LoadOptions.draft_model``); None without one
-        self._draft_engine = None
+        self._draft_engine: LlamaEngine | None = None
         #: the draft model's ``n_gpu_layers`` as the offload plan placed it (:meth:`_gpu_layers`); None: the main's
         self._draft_gpu_layers: int | None = None
         #: the KV state kept on disk between runs (``LoadOptions.state_dir``, backends.state_keeper); None: off
         self._state: StateKeeper | None = None
         #: the vocabulary as the grammar engine sees it (backends.constraint), made on the first constrained reply
-        self._grammar_vocab = None
+        self._grammar_vocab: VocabularyCache | None = None
 
     def load(self, model_path: Path, options: LoadOptions) -> None:
         from backends.llama_engine import EngineParams, LlamaEngine, LlamaEngineError  # imports llama_cpp lazily
@@ -179,6 +187,7 @@ class LlamaCppBackend:
             raise BackendError(
                 f"llama.cpp could not load {Path(model_path).name}: {exc} (details in {self.log_path})"
             ) from exc
+        assert self._engine is not None  # a load is never cancelled
         report = read_load_report(_log_since(self.log_path, log_start))
         # "ngram" is prompt lookup only: a configured draft model is loaded for "draft" and "auto"
         draft_note = (self._load_draft(Path(model_path), options, params)
@@ -220,7 +229,7 @@ class LlamaCppBackend:
             notes=notes,
         )
 
-    def _load_draft(self, main: Path, options: LoadOptions, params) -> str:
+    def _load_draft(self, main: Path, options: LoadOptions, params: EngineParams) -> str:
         """Load ``options.draft_model`` beside the main model (same context size and offload); its load note.
 
         Refused in one line when its vocabulary is not the main model's id for id.
@@ -245,6 +254,7 @@ class LlamaCppBackend:
         try:
             layers = self._draft_gpu_layers
             draft_params = params if layers is None else replace(params, n_gpu_layers=layers)
+            assert self._worker is not None  # the main model loaded on it
             self._draft_engine = self._worker.call(lambda: LlamaEngine(path, draft_params))
         except (LlamaEngineError, ValueError, RuntimeError, OSError) as exc:
             self.close()
@@ -254,8 +264,8 @@ class LlamaCppBackend:
                 f"model ({report.total_mib('model'):.0f} MiB of weights + {report.total_mib('KV'):.0f} MiB of KV "
                 "cache)")
 
-    def _gpu_layers(self, path: Path, meta, n_ctx: int, asked: int | None, kv_type: KvType = F16,
-                    draft: Path | None = None, known_free: list[int] | None = None):
+    def _gpu_layers(self, path: Path, meta: ModelMeta, n_ctx: int, asked: int | None, kv_type: KvType = F16,
+                    draft: Path | None = None, known_free: list[int] | None = None) -> tuple[int, OffloadPlan | None]:
         """``n_gpu_layers`` for this load and the plan behind it (None: asked for, the CPU, or unknown); sets
         the draft model's own ``n_gpu_layers`` (:attr:`_draft_gpu_layers`), planned with it.
 
@@ -296,7 +306,8 @@ class LlamaCppBackend:
         drafted step by seconds and made ``auto``'s timing of the draft model
         (:class:`SpeedCheck`) judge a prompt's cost as a step's.
         """
-        engines = [self._engine]
+        main = self._main()
+        engines = [main]
         if self._draft_engine is not None:  # loaded only where it drafts ("draft", "auto")
             engines.append(self._draft_engine)
         todo = []
@@ -310,7 +321,7 @@ class LlamaCppBackend:
         replay_from = len(prompt) - min(max(generated, 0), len(prompt))
         done = 0
         for engine, keep in todo:
-            batched_to = max(keep, replay_from) if engine is self._engine else len(prompt)
+            batched_to = max(keep, replay_from) if engine is main else len(prompt)
             parts = [prompt[start : min(start + chunk, batched_to)] for start in range(keep, batched_to, chunk)]
             parts += [[token] for token in prompt[batched_to:]]
             for part in parts:
@@ -343,7 +354,7 @@ class LlamaCppBackend:
         def job(emit: Callable[[int], None], cancelled: Callable[[], bool]) -> None:
             from backends.llama_engine import LlamaEngineError
 
-            engine = self._engine
+            engine = self._main()
             engine.evaluated = 0
             if self._state is not None:  # the longest saved prefix, loaded from disk when it beats the cache
                 stats.state = self._state.restore(engine, prompt)
@@ -377,7 +388,7 @@ class LlamaCppBackend:
         return Generation(self._worker.stream(job_then_keep), stats, stop_ids=stops,
                           max_tokens=sampling.max_tokens)
 
-    def _constrained(self, sampling: SamplingParams, stops: frozenset[int]):
+    def _constrained(self, sampling: SamplingParams, stops: frozenset[int]) -> ConstrainedReply | None:
         """The reply's :class:`backends.constraint.ConstrainedReply` (None: free text), compiled against this
         model's vocabulary as tokchat's tokenizer reads it (built on the first constrained reply, then kept)."""
         if sampling.constraint is None:
@@ -388,7 +399,8 @@ class LlamaCppBackend:
             from tokenizer import load_tokenizer
 
             path = self._model_path
-            self._grammar_vocab = VocabularyCache(lambda: load_tokenizer(path), self._engine.n_vocab)
+            assert path is not None  # set by load
+            self._grammar_vocab = VocabularyCache(lambda: load_tokenizer(path), self._main().n_vocab)
         try:
             return self._grammar_vocab.get(stops).start(sampling.constraint)
         except ConstraintError as exc:
@@ -406,7 +418,7 @@ class LlamaCppBackend:
         context full; the cache then holds the prompt and every emitted id
         but the last, as the plain loop leaves it.
         """
-        engine = self._engine
+        engine = self._main()
         n_ctx = engine.n_ctx()
         # drafted ids the constraint refuses are cut before the batch verifies them
         cut = sampler.constraint.cut_draft if sampler.constraint is not None else None
@@ -445,6 +457,11 @@ class LlamaCppBackend:
             speculator.verified(batch)
         if not (token in stops or emitted >= max_tokens) and len(engine.tokens) >= n_ctx:
             stats.end("length")  # the context is full: the caller sees no reason of its own
+
+    def _main(self) -> LlamaEngine:
+        """The main model's engine: loaded (a reply runs only after :meth:`load`)."""
+        assert self._engine is not None, "no model loaded"
+        return self._engine
 
     def _speculator(self, prompt: list[int]) -> Speculator:
         """This reply's :class:`Speculator`: prompt lookup, the draft model where one is loaded (``draft``,
