@@ -46,6 +46,9 @@ from app.settings.options import ChatOptions
 
 if TYPE_CHECKING:
     from tokenizer.protocol import Tokenizer
+    from app.conversation.session import ChatSession
+    from backends.base import Backend
+    from templates.chat_template import ChatTemplate
     from app.chat.early import EarlyEngine
 
 #: a step of the opening, in words, for a screen that shows what is happening while the weights load
@@ -56,10 +59,10 @@ Progress = Callable[[str], None]
 class OpenedChat:
     """A ready chat: the session and the parts the TUI's header, its commands and the benches need."""
 
-    session: Any  # app.conversation.session.ChatSession
+    session: ChatSession
     tokenizer: Tokenizer
-    template: Any
-    backend: Any
+    template: ChatTemplate
+    backend: Backend
     #: the model file (local), or where the tokenizer came from (remote)
     model_path: Path
     #: what the session keeps the conversation within: --ctx, never more than the engine or server holds

@@ -70,6 +70,7 @@ from app.tui.widgets.prompt_input import PromptInput
 from app.tui.widgets.user_message import UserMessage
 
 if TYPE_CHECKING:  # imported where a reply is shown: Markdown is not needed for the first frame
+    from app.conversation.session import ChatSession
     from app.tui.screens.token_inspector import TokenInspector
     from app.tui.widgets.assistant_message import AssistantMessage
 
@@ -478,7 +479,7 @@ class ChatApp(App):
             return False
         return True
 
-    def need_session(self, name: str) -> Any:
+    def need_session(self, name: str) -> ChatSession:
         """The session, for a command that needs a loaded model, no reply streaming and no model loading
         (a load ends by moving the conversation to the new model's session and closing the old engine)."""
         if self.session is None:

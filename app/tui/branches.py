@@ -37,7 +37,9 @@ class Branches:
         at = session.branches.last_fork()
         if at is None:
             raise SlashError("no siblings here yet: Ctrl+R regenerates a reply, Ctrl+G edits the last prompt")
-        shown, count = session.branches.position(at)
+        position = session.branches.position(at)
+        assert position is not None  # ``at`` is a fork: last_fork found it
+        shown, count = position
         if not arg:
             self.host.notify(f"Showing {shown} of {count} at message {at + 1}")
             return

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
+    from app.conversation.session import ChatSession
     from textual.notifications import SeverityLevel
     from textual.timer import Timer
     from textual.widget import Widget
@@ -54,7 +55,7 @@ class ChatHost(Protocol):
     def screen(self) -> Any: ...
 
     # -- the chat's own machinery ----------------------------------------------------------------
-    def need_session(self, name: str) -> Any: ...
+    def need_session(self, name: str) -> ChatSession: ...
 
     def ready_to_generate(self) -> bool: ...
 
