@@ -13,7 +13,7 @@ message, which the window routes to :meth:`TokenInspectorOpener.inspect_turn`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from textual import events
 
@@ -22,6 +22,10 @@ from app.tui.widgets.user_message import UserMessage
 
 if TYPE_CHECKING:
     from textual.dom import DOMNode
+
+    from app.conversation.context_breakdown import PromptRecord
+    from app.conversation.messages import ChatMessage
+    from app.conversation.session import ChatSession
 
 
 def _message_widgets() -> tuple[type, type]:
@@ -46,7 +50,7 @@ class TokenInspectorOpener:
         """``/tokens``."""
         self.show()
 
-    def show(self, message: Any = None) -> None:
+    def show(self, message: ChatMessage | None = None) -> None:
         host = self.host
         session = host.session
         if session is None:
@@ -88,7 +92,8 @@ class TokenInspectorOpener:
         self.show(replies[turn - 1])
 
     @staticmethod
-    def record_for(session: Any, message: Any) -> tuple[Any, int | None, str, Any]:
+    def record_for(session: ChatSession, message: ChatMessage | None
+                   ) -> tuple[PromptRecord | None, int | None, str, ChatMessage | None]:
         """The record to show for ``message`` (None: the last turn), the message's index in it, a title,
         and the reply the record answered (whose stats say how many of its prompt ids were new).
 
@@ -118,7 +123,7 @@ class TokenInspectorOpener:
         focus = next((i for i, m in enumerate(record.messages) if m is message), None) if message else None
         return record, focus, title, messages[reply_index]
 
-    def message_for_widget(self, widget: Any) -> Any:
+    def message_for_widget(self, widget: DOMNode) -> ChatMessage | None:
         """The session message a chat widget shows (matched from the newest end, by role)."""
         view = self.host.chat_view
         shown = [w for w in view.children if isinstance(w, _message_widgets())]
