@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:
     from app.conversation.messages import ReplyEvent
@@ -31,7 +31,7 @@ class Drained:
 
     chunks: list[tuple[str, str | ReplyEvent]] = field(default_factory=list)
     text_events: int = 0
-    done: Any = None
+    done: ReplyEvent | None = None
     errors: list[str] = field(default_factory=list)
     finished: bool = False
 
@@ -42,10 +42,10 @@ class EventBuffer:
     def __init__(self, wake: Callable[[], object]) -> None:
         self._wake = wake
         self._lock = threading.Lock()
-        self._events: list[Any] = []
+        self._events: list[ReplyEvent] = []
         self._finished = False
 
-    def push(self, event: Any) -> None:
+    def push(self, event: ReplyEvent) -> None:
         with self._lock:
             was_empty = not self._events and not self._finished
             self._events.append(event)
@@ -87,8 +87,8 @@ class EventBuffer:
         return out
 
 
-def pump(events: Iterable[Any], buffer: EventBuffer, is_cancelled: Callable[[], bool],
-         cancel: Callable[[], None], error_event: Callable[[BaseException], Any]) -> None:
+def pump(events: Iterable[ReplyEvent], buffer: EventBuffer, is_cancelled: Callable[[], bool],
+         cancel: Callable[[], None], error_event: Callable[[BaseException], ReplyEvent]) -> None:
     """Run in the worker thread: move ``events`` into ``buffer`` until the stream ends.
 
     A cancelled worker asks the session to stop (``cancel``) and keeps
@@ -96,7 +96,7 @@ def pump(events: Iterable[Any], buffer: EventBuffer, is_cancelled: Callable[[], 
     with the partial reply.  An exception becomes one error event.
     """
     asked = False
-    iterator: Iterator[Any] = iter(events)
+    iterator: Iterator[ReplyEvent] = iter(events)
     try:
         for event in iterator:
             buffer.push(event)
