@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from app.models.presets import Preset, load_presets, match_preset
 from app.models.resolution import describe_model, match_names, resolve_model
 from app.settings.merge import Settings, options_from_settings, read_settings
 from app.settings.options import ChatOptions
 from backends.base import BackendError
-from backends.model_meta import read_model_meta
+from backends.model_meta import ModelMeta, read_model_meta
 
 
 @dataclass
@@ -38,7 +37,7 @@ class PresetMatch:
     note: str | None
     #: the model's header, read here once and handed on to the tokenizer and the backend
     #: (a :class:`backends.model_meta.ModelMeta`; None when the model could not be read)
-    meta: Any = field(default=None, repr=False)
+    meta: ModelMeta | None = field(default=None, repr=False)
 
 
 def match_model(model: str | None) -> PresetMatch:

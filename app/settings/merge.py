@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.conversation.attachments import AttachLimits
 from app.settings.config import (DEFAULTS_PATH, OWN_TABLES, SCHEMA, check_value, flatten, read_toml,
@@ -25,6 +25,10 @@ from app.settings.reply_format import format_setting
 from app.settings.server import remote_settings, server_values, split_server_presets
 from app.settings.tools import tool_settings
 from backends.base import SamplingParams
+
+if TYPE_CHECKING:
+    from app.models.presets import Preset
+    from backends.model_meta import ModelMeta
 
 #: the source shown for a value nobody changed (``tokchat config show``)
 DEFAULTS_SOURCE = "default.toml"
@@ -76,7 +80,7 @@ class Settings:
     #: why no preset applies, when that is worth saying (the model is missing, unreadable...)
     preset_note: str | None = None
     #: the model's header, read once while matching the preset (see app.models.preset_match.PresetMatch)
-    model_meta: Any = field(default=None, repr=False)
+    model_meta: ModelMeta | None = field(default=None, repr=False)
     files: list[Path] = field(default_factory=list)
     #: the user's free-form tables (see config.OWN_TABLES) as parsed, with the file they came from
     own_tables: dict[str, tuple[str, Any]] = field(default_factory=dict)
@@ -89,7 +93,8 @@ class Settings:
         :func:`app.models.preset_match.match_served`)."""
         return not (self.values["server.url"] and not self.values["model.default"])
 
-    def apply_preset(self, preset: Any, model_path: Path | None, note: str | None, meta: Any = None) -> None:
+    def apply_preset(self, preset: Preset | None, model_path: Path | None, note: str | None,
+                     meta: ModelMeta | None = None) -> None:
         """Lay a matched model preset under the user's config and the flags.
 
         The preset is matched by the caller (:func:`app.models.preset_match.load_settings`),
