@@ -111,9 +111,9 @@ class LlamaCppSampler:
             token = int(logits.argmax())
         else:
             token = int(self._lib.llama_sampler_sample(self.chain, ctx, index))
-        if saved is not None:
-            penalty.restore(logits, saved)  # type: ignore[union-attr]
-            penalty.accept(token)  # type: ignore[union-attr]
+        if penalty is not None and saved is not None:
+            penalty.restore(logits, saved)
+            penalty.accept(token)
         if constraint is not None:
             constraint.advance(token)
         return token

@@ -95,7 +95,7 @@ def _demoted(source: str) -> str | None:
     shift = max(0, _TOP_LEVEL - shallowest)
     if not shift:
         return source
-    lines = source.split("\n")
+    lines: list[str | None] = list(source.split("\n"))  # None: a line folded into the heading above it
     for at, token in enumerate(tokens):
         if token.type != "heading_open":
             continue
@@ -109,7 +109,7 @@ def _demoted(source: str) -> str | None:
             words = " ".join(tokens[at + 1].content.split("\n")).strip()
             if words.endswith("#"):  # an ATX heading drops a closing run of #: keep this one as text
                 words = words[:-1] + "\\#"
-            lines[first:end] = [f"{'#' * level} {words}"] + [None] * (end - first - 1)  # type: ignore[list-item]
+            lines[first:end] = [f"{'#' * level} {words}", *[None] * (end - first - 1)]
     return "\n".join(line for line in lines if line is not None)
 
 

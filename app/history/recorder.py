@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Callable
 
 from app.history.store import ChatStore, StoreError
@@ -150,14 +151,12 @@ class HistoryRecorder:
         self.conversation_id = None
         self.tip_id = None
 
-    def resume(self, conv_id: int, tip_id: int | None | object = ...) -> None:
+    def resume(self, conv_id: int, tip_id: int | None | EllipsisType = ...) -> None:
         """Append further turns to a stored conversation, after message ``tip_id`` (by default
         the conversation's tip as stored now)."""
         self.close_reply()
         self.conversation_id = conv_id
-        if tip_id is ...:
-            tip_id = self._guard(lambda s: s.tip_id(conv_id))
-        self.tip_id = tip_id  # type: ignore[assignment]
+        self.tip_id = self._guard(lambda s: s.tip_id(conv_id)) if isinstance(tip_id, EllipsisType) else tip_id
 
     def update(self, **meta: Any) -> None:
         """What the next turns are produced with changed (``/model``: model, model_name, template,
