@@ -160,10 +160,6 @@ def read_stdin_prompt(stream: BinaryIO) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.cli.pull import pull_if_missing
-    from app.models.preset_match import chat_options
-    from app.settings.merge import read_settings
-
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     where = "--prompt"
@@ -195,6 +191,11 @@ def run(args: argparse.Namespace) -> int:
         # settings, header and presets are read while this process starts and imports its library
         early.start_process(args.backend)
     try:
+        # imported after the engine process started: it imports its library meanwhile (one-shot latency)
+        from app.cli.pull import pull_if_missing
+        from app.models.preset_match import chat_options
+        from app.settings.merge import read_settings
+
         # first use of --model hf:... or a preset name: download with a progress bar before anything loads
         pull_if_missing(args.model or read_settings(args).values["model.default"])
         headless = args.prompt is not None or args.continue_reply
