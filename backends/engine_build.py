@@ -1,7 +1,7 @@
 """llama.cpp compiled once per machine and accelerator: the engine's libraries, llama-server and the RPC worker.
 
 Standard library only: ``dev.py`` runs this before any virtual environment
-holds tokchat, and ``tests/assets.py`` and ``bench/gpu_check.sh`` reuse it.
+holds tokchat, and ``tests/support/assets.py`` and ``bench/gpu_check.sh`` reuse it.
 
 One CMake tree, configured from the pinned llama-cpp-python sdist's
 ``vendor/llama.cpp`` with tokchat's patches (``backends/patches/``), builds

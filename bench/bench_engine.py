@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "backends")]
 
 import httpx  # noqa: E402
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
 from backends.cpu import cpu_model, has_amx, llama_default_threads  # noqa: E402
@@ -235,7 +235,7 @@ def bench_prompts(model: Path, prompt_ids: int) -> tuple[list[int], list[int]]:
 
 def start_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """``llama-server`` (the tests' build, with tokchat's patches) on ``model`` with its defaults plus ``extra``."""
-    from remote_servers import free_port
+    from support.remote_servers import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

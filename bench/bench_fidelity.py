@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the exact-arithmetic column (an F32 copy of the weights, run by llama.cpp)")
     args = parser.parse_args(argv)
     if args.model is None:
-        from assets import asset_path
+        from support.assets import asset_path
 
         args.model = asset_path("smollm2.gguf")
     engines = [e.strip() for e in args.backends.split(",") if e.strip()]

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 from app.chat.open import open_chat  # noqa: E402
 from app.settings.options import ChatOptions  # noqa: E402

@@ -1,6 +1,6 @@
 """Getting a model: tokchat's pull against huggingface_hub's own ``hf_hub_download``, on the hub stand-in.
 
-The real hub cannot be reached here, so both run against tests/hub_standin.py
+The real hub cannot be reached here, so both run against tests/support/hub_standin.py
 on loopback (HF_ENDPOINT), serving SmolLM2-135M Q4_1 (98 MB):
 
 * **download**: ``hf_hub_download`` into a fresh cache against tokchat's
@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from assets import asset_path  # noqa: E402
-from hub_standin import HubStandin  # noqa: E402
+from support.assets import asset_path  # noqa: E402
+from support.hub_standin import HubStandin  # noqa: E402
 
 REPO = "tokchat-test/SmolLM2-135M-Instruct-GGUF"
 FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"

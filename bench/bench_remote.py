@@ -10,7 +10,7 @@ alternating between the two so both see the same machine load:
   the SSE parsing and the accounting cost (goal: >= 0.9).
 
 Both engines run one thread (this machine has two cores, shared).  The server is the
-``llama-server`` test asset (``python tests/assets.py``).
+``llama-server`` test asset (``python tests/support/assets.py``).
 
     .venv/bin/python bench/bench_remote.py [--model smollm|qwen] [--turns 10] [--max-tokens 48]
 """
@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "backends"))
 
-from assets import asset_path  # noqa: E402
-from remote_servers import LlamaServer  # noqa: E402
+from support.assets import asset_path  # noqa: E402
+from support.remote_servers import LlamaServer  # noqa: E402
 
 from app.settings.options import ChatOptions  # noqa: E402
 from app.chat.open import open_chat  # noqa: E402

@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from assets import asset_path  # noqa: E402
-from process_env import child_env  # noqa: E402
+from support.assets import asset_path  # noqa: E402
+from support.process_env import child_env  # noqa: E402
 
 #: the attached file: tokchat's own sources, cut to about the asked number of ids (about 4.1 characters an id in Qwen2.5)
 SOURCES = ("backends/llama_cpp.py", "backends/engine_client.py", "backends/state_cache.py")

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "backends")]
 
 import httpx  # noqa: E402
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 from backends import LoadOptions, SamplingParams, open_backend  # noqa: E402
 from backends.cpu import cpu_model, has_amx, llama_default_threads  # noqa: E402
@@ -180,7 +180,7 @@ def server_spec_args(spec: str) -> list[str]:
 
 
 def start_server(model: Path, spec: str, threads: int, log_dir: Path):
-    from remote_servers import free_port
+    from support.remote_servers import free_port
 
     port = free_port()
     args = [str(asset_path("llama-server") / "llama-server"), "-m", str(model), "--host", "127.0.0.1",

@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 #: runs one command and prints its wall time and peak memory (KiB on Linux) as JSON
 WRAPPER = r"""

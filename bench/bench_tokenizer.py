@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 from tokenizer import load_tokenizer  # noqa: E402
 from tokenizer.bytelevel import CHAR_TO_BYTE  # noqa: E402

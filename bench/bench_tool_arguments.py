@@ -1,6 +1,6 @@
 """How many of a real model's tool calls are malformed, with ``[tools] constrain_arguments`` off and on (issue 46).
 
-The tools are the ones the tool tests use, from the real MCP servers: tests/app/tools/mcp_test_server.py
+The tools are the ones the tool tests use, from the real MCP servers: tests/support/mcp_test_server.py
 (``add``, ``echo``, ...) and ``mcp-server-time``.  Each prompt gets one model step (greedy) through the real
 tool loop's session on tokchat's llama.cpp engine; the reply's calls are parsed by the loop's own parser
 (:func:`app.tools.calls.parse_reply`) and their arguments checked against the tool's input schema with
@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--model", default=str(Path.home() / ".cache/tokchat/test-assets/qwen2.5-coder-0.5b.gguf"))
     parser.add_argument("--max-tokens", type=int, default=96)
     args = parser.parse_args()
-    from tool_helpers import sdk_server_config, time_server_config
+    from support.tool_helpers import sdk_server_config, time_server_config
 
     from app.conversation.session import ChatSession
     from app.tools.calls import hold_arguments, parse_reply, syntax_for

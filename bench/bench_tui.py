@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 from app.settings.options import ChatOptions  # noqa: E402
 from app.history.store import ChatStore  # noqa: E402

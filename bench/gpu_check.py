@@ -47,7 +47,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "tui")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
 
@@ -233,7 +233,7 @@ def part_headless(args, results: dict) -> None:
 
 
 def part_tui(args, results: dict) -> None:
-    from tui_helpers import SIZE, send, wait_loaded, wait_reply
+    from support.tui_helpers import SIZE, send, wait_loaded, wait_reply
 
     from app.history.store import ChatStore
     from app.settings.options import ChatOptions
@@ -415,8 +415,8 @@ def part_esc(args, results: dict) -> None:
     """The TUI on the GPU: a long prompt draws its progress line, and Esc stops it mid-prompt."""
     import re
 
-    from screen_text import drawn, words
-    from tui_helpers import SIZE, wait_for, wait_loaded, wait_reply
+    from support.screen_text import drawn, words
+    from support.tui_helpers import SIZE, wait_for, wait_loaded, wait_reply
 
     from app.history.store import ChatStore
     from app.settings.options import ChatOptions

@@ -204,7 +204,7 @@ def real_run(args, chosen: dict[str, list[int]]) -> int:
     from backends.llama_cpp import LlamaCppBackend
 
     threads = llama_default_threads()
-    from assets import asset_path
+    from support.assets import asset_path
 
     model = asset_path("qwen2.5-coder-0.5b.gguf")
     saved = json.loads(SAVED.read_text()) if SAVED.exists() else {}
@@ -283,7 +283,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.simulate:
         return simulated_run(args)
-    from assets import asset_path
+    from support.assets import asset_path
     from tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(asset_path("qwen2.5-coder-0.5b.gguf"))

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real test assets, fetched by ``tests/assets.py``.
+"""Shared fixtures: the real test assets, fetched by ``tests/support/assets.py``.
 
 A missing asset fails the test with the command that fetches it; nothing
 is skipped.
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from assets import asset_path  # noqa: E402
+from support.assets import asset_path  # noqa: E402
 
 _SUITE_STARTED = time.monotonic()
 

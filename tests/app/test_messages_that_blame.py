@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

@@ -103,7 +103,7 @@ def test_gpu_layers_on_the_cpu_is_said_and_not_counted(smollm_path, tmp_path):
     import subprocess
     import sys
 
-    from process_env import child_env
+    from support.process_env import child_env
 
     done = subprocess.run([sys.executable, "-m", "app", "--model", str(smollm_path), "--gpu-layers", "10",
                            "--prompt", "Say hi", "--max-tokens", "2", "--temperature", "0", "--ctx", "512",

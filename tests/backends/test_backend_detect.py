@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime
+from support.backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime
 
 from backends.base import BackendError
 from backends.detect import detect, plan

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from backend_fakes import fake_machine, llama_runtime
+from support.backend_fakes import fake_machine, llama_runtime
 
 from backends.base import BackendError
 from backends.detect import detect, plan

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import ENGINES, load_backend
+from support.engines import ENGINES, load_backend
 
 from backends.base import BackendError, SamplingParams, common_prefix_length
 

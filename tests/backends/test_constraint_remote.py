@@ -16,8 +16,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from process_env import child_env
-from remote_servers import LlamaServer
+from support.process_env import child_env
+from support.remote_servers import LlamaServer
 
 from backends.base import BackendError, SamplingParams
 from backends.constraint import parse_constraint

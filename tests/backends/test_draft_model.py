@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from process_env import child_env
-from test_speculative import IM_END, assert_same_or_kernel_tie, chat, run, run_with_stats
+from support.process_env import child_env
+from support.speculation_runs import IM_END, assert_same_or_kernel_tie, chat, run, run_with_stats
 
 from backends.base import BackendError, DraftCounts, LoadOptions, SamplingParams
 from backends.draft_model import DraftModelConfig, ModelDrafter, vocab_difference

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from remote_servers import LlamaServer
+from support.remote_servers import LlamaServer
 
 from backends import LoadOptions, SamplingParams, open_backend
 from tokenizer import load_tokenizer

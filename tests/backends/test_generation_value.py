@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINES, load_backend
+from support.engines import ENGINES, load_backend
 
 from backends.base import (
     BackendError, DraftCounts, Generation, GenerationStats, LoadOptions, PromptProgress, SamplingParams,

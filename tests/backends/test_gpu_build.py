@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime, nvidia_smi, write_tool
+from support.backend_fakes import NVIDIA_PROC, ROCMINFO, RTX_4090_SMI, fake_machine, llama_runtime, nvidia_smi, write_tool
 
 from backends import LoadOptions, gpu_inventory, open_backend
 from backends.accelerator import Accelerator, choose
@@ -113,7 +113,7 @@ def test_a_build_folder_with_another_key_is_not_taken_for_this_one(tmp_path):
 
 def test_the_engine_and_llama_server_are_one_build():
     """The libllama the engine loads is the build folder's, and llama-server links that same file."""
-    from assets import asset_path
+    from support.assets import asset_path
 
     acc = choose()
     folder = build_dir(acc)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from backend_fakes import NVIDIA_PROC, ROCMINFO, fake_machine, llama_runtime, nvidia_smi, write_tool
+from support.backend_fakes import NVIDIA_PROC, ROCMINFO, fake_machine, llama_runtime, nvidia_smi, write_tool
 
 from backends import LoadOptions, gpu_inventory, open_backend
 from backends.accelerator import Accelerator, choose
@@ -94,7 +94,7 @@ def test_detection_and_the_fit_read_the_same_gpus(fake_path, tmp_path, smollm_pa
 def test_tokchat_fit_plans_the_offload_over_every_gpu(tmp_path, smollm_path):
     """``tokchat fit`` on a machine with two small GPUs: the default offload counts both (it used to plan for
     GPU0 alone), as the load does."""
-    from process_env import child_env
+    from support.process_env import child_env
 
     free_mib = RESERVE_BYTES // MIB + 40
     tools = tmp_path / "tools"

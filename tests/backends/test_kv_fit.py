@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import ROOT, child_env
+from support.process_env import ROOT, child_env
 
 from backends import LoadOptions, open_backend
 from backends.base import BackendError

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
-from pty_run import RAW_CONTROLS, on_terminal
-from remote_servers import LlamaServer
-from scripted_proxy import Reply, ScriptedProxy, token_stream
+from support.process_env import child_env
+from support.pty_run import RAW_CONTROLS, on_terminal
+from support.remote_servers import LlamaServer
+from support.scripted_proxy import Reply, ScriptedProxy, token_stream
 
 from tokenizer import load_tokenizer
 

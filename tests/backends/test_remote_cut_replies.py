@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from killed_run import kill_once_saved, last_message
-from process_env import child_env
-from remote_servers import LlamaServer
-from scripted_proxy import Reply, ScriptedProxy, token_stream
+from support.killed_run import kill_once_saved, last_message
+from support.process_env import child_env
+from support.remote_servers import LlamaServer
+from support.scripted_proxy import Reply, ScriptedProxy, token_stream
 
 from app.history.store import ChatStore
 from tokenizer import load_tokenizer

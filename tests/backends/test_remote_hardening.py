@@ -12,7 +12,7 @@ import re
 import time
 
 import pytest
-from remote_servers import LlamaServer, free_port
+from support.remote_servers import LlamaServer, free_port
 
 from app.models.preset_match import load_settings
 from app.settings.merge import options_from_settings

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from hostile_server import FAULTS, STREAM_FAULTS, VALID_ID, HostileServer
-from remote_servers import LlamaServer
+from support.hostile_server import FAULTS, STREAM_FAULTS, VALID_ID, HostileServer
+from support.remote_servers import LlamaServer
 
 from backends.base import BackendError, SamplingParams
 from backends.remote import RemoteSettings

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from process_env import child_env
-from hostile_server import HostileServer
-from remote_servers import LlamaServer
+from support.process_env import child_env
+from support.hostile_server import HostileServer
+from support.remote_servers import LlamaServer
 
 from app.history.store import ChatStore
 

@@ -2,7 +2,7 @@
 
 The oracle for every reply is the local llama.cpp backend on the same GGUF (greedy), or
 the server's own non-streamed ``return_tokens`` answer.  Servers are built from the
-llama.cpp in llama-cpp-python's sdist (``tests/assets.py``), started per test on free
+llama.cpp in llama-cpp-python's sdist (``tests/support/assets.py``), started per test on free
 ports and always stopped.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from remote_servers import LlamaServer, RpcWorker
+from support.remote_servers import LlamaServer, RpcWorker
 
 from app.settings.options import ChatOptions
 from app.chat.open import open_chat
@@ -245,7 +245,7 @@ def test_cancel_closes_the_stream_and_the_server_stops_generating(smollm_path, s
 # -- faults: one line each, the partial reply kept, the chat continues ---------------------------
 
 def test_server_down_at_start_is_one_line(smollm_path):
-    from remote_servers import free_port
+    from support.remote_servers import free_port
 
     with pytest.raises(BackendError, match=r"cannot reach the server at http://127\.0\.0\.1:\d+ .*is it running"):
         remote_session(f"http://127.0.0.1:{free_port()}", smollm_path)

@@ -4,7 +4,7 @@ A real ``python -m app`` process against a real ``llama-server`` behind :class:`
 whose ``/completion`` stream is scripted to count one generated id fewer than it sends.  The remote backend
 then marks the reply unverified and says why in ``GenerationStats.note``; the turn holds those stats
 (``TurnStats.generation``), so ``--stats`` prints the note and the history stores it, instead of a fixed
-phrase.  (The TUI's stats line: tests/tui/test_remote_note_tui.py.)
+phrase.  (The TUI's stats line: tests/app/tui/test_remote_note_tui.py.)
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
-from remote_servers import LlamaServer
-from scripted_proxy import Reply, ScriptedProxy, token_stream
+from support.process_env import child_env
+from support.remote_servers import LlamaServer
+from support.scripted_proxy import Reply, ScriptedProxy, token_stream
 
 from app.history.store import ChatStore
 from tokenizer import load_tokenizer

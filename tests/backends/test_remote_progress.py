@@ -1,6 +1,6 @@
 """Through ``--server``, a long prompt's progress is llama-server's own report (``return_progress``).
 
-A real ``llama-server`` (built by tests/assets.py from the pinned sources) evaluates a
+A real ``llama-server`` (built by tests/support/assets.py from the pinned sources) evaluates a
 600-id prompt in batches of 128; every ``prompt_progress`` event it sends is recorded
 from the stream, and the generation's ``stats.progress`` (what the TUI shows) must be the
 server's numbers, the reused cache left out, ending at the whole prompt.
@@ -8,7 +8,7 @@ server's numbers, the reused cache left out, ending at the whole prompt.
 from __future__ import annotations
 
 import pytest
-from remote_servers import LlamaServer
+from support.remote_servers import LlamaServer
 
 from backends.base import SamplingParams
 from backends.remote import RemoteSettings

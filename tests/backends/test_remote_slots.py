@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from remote_servers import LlamaServer
+from support.remote_servers import LlamaServer
 
 from backends.base import GenerationStats, LoadOptions, SamplingParams
 from backends.remote import RemoteBackend, RemoteSettings

@@ -54,12 +54,12 @@ PROBES = ["Hello, world! it's 123 4567 <|im_end|> <s> [INST] wörld 🙂\n\t  x"
 
 
 def tests_assets() -> Any:
-    """``tests/assets.py``, loaded by path: putting ``tests/`` on sys.path would let the
+    """``tests/support/assets.py``, loaded by path: putting ``tests/`` on sys.path would let the
     ``tests/tokenizer`` folder shadow the ``tokenizer`` package for scripts run from elsewhere."""
     if "assets" not in sys.modules:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("assets", HERE.parent / "assets.py")
+        spec = importlib.util.spec_from_file_location("assets", HERE.parent / "support" / "assets.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules["assets"] = module
         spec.loader.exec_module(module)

@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tokenizer")]
 
 from fuzz_targets import tests_assets  # noqa: E402
-from gguf_build import build_gguf, gguf_string  # noqa: E402
+from support.gguf_build import build_gguf, gguf_string  # noqa: E402
 
 from tokenizer.gguf import read_gguf  # noqa: E402
 

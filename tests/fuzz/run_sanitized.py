@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_accel import build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-#: one pytest run per folder: each folder's test modules import names from their own ``conftest``.
+#: one pytest run per folder (the sanitized interpreter starts once per run).
 #: ``tokchat doctor`` probes the OpenVINO backend in-process, and OpenVINO dlopens a library with
 #: RTLD_DEEPBIND, which ASan refuses (google/sanitizers#611): those tests run in the normal suite only.
 DEFAULT_RUNS = [["tests/tokenizer", "-k", "not doctor"], ["tests/hardening"], ["tests/fuzz"]]

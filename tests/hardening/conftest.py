@@ -1,45 +1,11 @@
 """Shared helpers for the hardening suite: child-process environments and guards.
 
 Every child process gets its own data, config and state folders under
-``tmp_path``, so a test never touches the user's history or logs.
-"""
+``tmp_path``, so a test never touches the user's history or logs."""
 from __future__ import annotations
-
-import resource
-import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
-
 import pytest
-from process_env import child_env  # noqa: F401 (re-exported to the tests here)
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-
-
-def vm_size() -> int:
-    """This process's virtual memory size in bytes (Linux)."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[0]) * resource.getpagesize()
-
-
-@contextmanager
-def address_space_cap(extra_bytes: int) -> Iterator[None]:
-    """Any allocation that would take this process ``extra_bytes`` past where it is now fails.
-
-    A reader that trusts an inflated length then raises MemoryError (not one
-    of the allowed errors) instead of quietly eating the machine.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + extra_bytes, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+from support.process_env import child_env  # noqa: F401 (re-exported to the tests here)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from support.process_env import child_env
 
 from app.history.store import ChatStore
 from backends.engine_wire import ENGINE_PROCESS_MODULE
@@ -72,8 +72,7 @@ def test_sigsegv_of_the_engine_mid_reply_headless(smollm_path, tmp_path):
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_sigsegv_of_the_engine_mid_reply_in_the_tui(smollm_path, tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tui"))
-    from tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
+    from support.tui_helpers import SIZE, send, wait_for, wait_loaded, wait_reply
 
     from app.settings.options import ChatOptions
     from app.tui.app import ChatApp

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from support.process_env import child_env
 
 from app.history.recorder import HistoryRecorder
 from app.conversation.session import ChatMessage, ChatSession

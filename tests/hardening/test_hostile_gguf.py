@@ -28,8 +28,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import address_space_cap, child_env
-from gguf_mutate import field_map, header_bytes, write_gguf
+from support.hardening_limits import address_space_cap
+from support.process_env import child_env
+from support.gguf_mutate import field_map, header_bytes, write_gguf
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import address_space_cap, child_env
-from gguf_mutate import write_gguf
+from support.hardening_limits import address_space_cap
+from support.process_env import child_env
+from support.gguf_mutate import write_gguf
 
 from app.chat.headless import run_headless
 from app.settings.options import ChatOptions

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from killed_run import kill_once_saved, last_message
+from support.killed_run import kill_once_saved, last_message
 
 from tokenizer import load_tokenizer
 

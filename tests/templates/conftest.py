@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from template_oracle import llama_vocab  # noqa: E402
+from support.template_oracle import llama_vocab  # noqa: E402
 
 
 @lru_cache(maxsize=None)

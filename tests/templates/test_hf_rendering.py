@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hf_oracle import hf_render
+from support.hf_oracle import hf_render
 
 from templates import ChatTemplate, TemplateError
 

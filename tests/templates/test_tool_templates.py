@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
-from hf_oracle import hf_render
-from template_oracle import oracle_render
-from test_oracle_ids import _oracle_spans, _s, _source_of, _vocab_path
+from support.hf_oracle import hf_render
+from support.template_oracle import oracle_render
+from support.oracle_ids import _oracle_spans, _s, _source_of, _vocab_path
 
 from templates import prompt_ids, resolve_template
 

@@ -7,12 +7,12 @@ and arbitrary text must agree id for id.
 from __future__ import annotations
 
 import pytest
-from conftest import ours
+from support.tokenizer_oracles import ours
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tok_corpus import base64_blob, corpus
+from support.tok_corpus import base64_blob, corpus
 
-from assets import asset_path
+from support.assets import asset_path
 from tokenizer import load_tokenizer
 from tokenizer.accel import SPLIT_MODES
 from tokenizer.pretokenize import make_pretokenizer

@@ -16,10 +16,10 @@ import sys
 from typing import Callable
 
 import pytest
-from conftest import llama, ours
-from tok_corpus import corpus
+from support.tokenizer_oracles import llama, ours
+from support.tok_corpus import corpus
 
-from assets import asset_path
+from support.assets import asset_path
 from tokenizer import load_tokenizer
 from tokenizer.accel import SPLIT_MODES, accel_module, flag_table
 from tokenizer.gguf import read_gguf

@@ -5,7 +5,7 @@ import io
 import json
 
 import pytest
-from conftest import hf, llama
+from support.tokenizer_oracles import hf, llama
 
 from app.cli import main
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import hf, llama
+from support.tokenizer_oracles import hf, llama
 
 from app.cli import main
-from assets import asset_path
+from support.assets import asset_path
 
 
 def _run(capsys, argv):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from conftest import ours
+from support.tokenizer_oracles import ours
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from gguf_build import build_gguf
+from support.gguf_build import build_gguf
 
 from tokenizer import _accel
 from tokenizer.bytelevel import BYTE_TO_CHAR, from_byte_chars

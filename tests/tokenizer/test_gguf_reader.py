@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from gguf_build import build_gguf, sample_kvs
+from support.gguf_build import build_gguf, sample_kvs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

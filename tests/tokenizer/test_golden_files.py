@@ -5,7 +5,7 @@ Read exactly as ``tests/test-tokenizer-0.cpp`` reads them and run with
 """
 from __future__ import annotations
 
-from conftest import golden_cases, ours
+from support.tokenizer_oracles import golden_cases, ours
 
 
 def test_golden_cases(golden_gguf):

@@ -21,12 +21,12 @@ import unicodedata
 
 import pytest
 import regex
-from conftest import golden_cases, ours, vocab_ggufs
+from support.tokenizer_oracles import golden_cases, ours, vocab_ggufs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tok_corpus import base64_blob, corpus
+from support.tok_corpus import base64_blob, corpus
 
-from assets import asset_path
+from support.assets import asset_path
 from tokenizer.json_float import serde_float
 
 FILES = ["minilm-l6-tokenizer.json", "mon-unigram-tokenizer.json", "xlmr-style-from-nomic"]

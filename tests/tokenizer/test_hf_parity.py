@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import golden_cases, hf, ours, vocab_ggufs
-from tok_corpus import base64_blob, corpus
+from support.tokenizer_oracles import golden_cases, hf, ours, vocab_ggufs
+from support.tok_corpus import base64_blob, corpus
 
 from tokenizer import load_tokenizer
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import llama_cpp
 import pytest
-from conftest import golden_cases, llama, ours, vocab_ggufs
-from tok_corpus import base64_blob, corpus
+from support.tokenizer_oracles import golden_cases, llama, ours, vocab_ggufs
+from support.tok_corpus import base64_blob, corpus
 
 CORPUS = corpus()
 

@@ -8,7 +8,7 @@ one-code-point NFD) and the precompiled charsmap walk.
 from __future__ import annotations
 
 import pytest
-from conftest import llama, ours
+from support.tokenizer_oracles import llama, ours
 
 _CODE_POINTS = [c for c in range(1, 0x110000) if not 0xD800 <= c < 0xE000]
 

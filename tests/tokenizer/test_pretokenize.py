@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
-from gguf_build import build_gguf
+from support.gguf_build import build_gguf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tok_corpus import corpus
+from support.tok_corpus import corpus
 
 from tokenizer import TokenizerError, load_tokenizer
 from tokenizer.pretokenize import PRE_NAMES, PRE_TYPES, make_pretokenizer, resolve_pre, sequential_splitter

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import llama, ours
+from support.tokenizer_oracles import llama, ours
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from gguf_build import build_gguf
+from support.gguf_build import build_gguf
 
 from tokenizer import TokenizerError, load_tokenizer
 from tokenizer.gguf import read_gguf

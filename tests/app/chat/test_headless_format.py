@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,37 +10,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 from app.conversation.session import ChatMessage
 from app.history.store import ChatStore
+from support.headless_runs import db_path, exported, ROOT, tokchat  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
 #: SmolLM2's prompt with its default system prompt is about 40 tokens: 200 words never fit a context of 100
 TOO_LONG = "word " * 200
 
 pytestmark = pytest.mark.slow
-
-
-
-
-def tokchat(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """One real tokchat process; the timeout only guards against a hang."""
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          input=stdin, stdin=subprocess.DEVNULL if stdin is None else None, timeout=600)
-
-
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "history.sqlite3"
-
-
-def exported(env: dict[str, str], conv_id: int) -> dict:
-    done = tokchat(env, "export", str(conv_id), "--format", "json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def first_turn(env: dict[str, str], *model: str) -> None:
@@ -78,8 +59,7 @@ def test_a_refused_stdin_prompt_starts_no_conversation(smollm_path, tmp_path):
 
 
 def test_a_refused_message_through_a_server_stores_nothing(smollm_path, tmp_path):
-    sys.path.insert(0, str(ROOT / "tests" / "backends"))
-    from remote_servers import LlamaServer
+    from support.remote_servers import LlamaServer
 
     server = LlamaServer(smollm_path, tmp_path).start()  # a context of 512
     try:

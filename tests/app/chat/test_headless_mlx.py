@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 #: long enough to be kept (128 ids with the reply), short enough for MLX on a shared 2-core CPU

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import ROOT, child_env
+from support.process_env import ROOT, child_env
 
 pytestmark = pytest.mark.slow
 

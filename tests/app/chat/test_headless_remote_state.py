@@ -2,7 +2,7 @@
 server started again, restores the slot the first run saved and the server evaluates only the rest.
 
 Real parts: ``python -m app`` processes with their own folders (:func:`process_env.child_env`), real
-``llama-server`` processes on SmolLM2 (``tests/backends/remote_servers.py``) with ``--slot-save-path`` (the
+``llama-server`` processes on SmolLM2 (``tests/support/remote_servers.py``) with ``--slot-save-path`` (the
 second one started on the same folder after the first was stopped, on another port) and without it, the
 ``--stats`` JSON on stderr, the server's own count of the ids it evaluated (``new_prompt_tokens``).
 """
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 NOTES = "Here are my notes on sourdough. " + " ".join(
@@ -28,8 +28,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def servers(smollm_path, tmp_path):
     """Start llama-servers on SmolLM2 (``--slot-save-path`` when given a folder); all stopped at the end."""
-    sys.path.insert(0, str(ROOT / "tests" / "backends"))
-    from remote_servers import LlamaServer
+    from support.remote_servers import LlamaServer
 
     started = []
 

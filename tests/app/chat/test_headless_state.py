@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 NOTES = "Here are my notes on sourdough. " + " ".join(

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 R1 = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"

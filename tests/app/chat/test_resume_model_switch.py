@@ -17,10 +17,10 @@ from app.history.model_identity import SETTINGS_KEY, vocabulary_fingerprint
 from app.history.store import ChatStore
 from tokenizer import load_tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backends"))
-from remote_servers import LlamaServer, free_port  # noqa: E402
+from support.remote_servers import LlamaServer, free_port  # noqa: E402
 
-from test_headless_history import child_env, db_path, exported, tokchat  # noqa: E402
+from support.process_env import child_env  # noqa: E402
+from support.headless_runs import db_path, exported, tokchat  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

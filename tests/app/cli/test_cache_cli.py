@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from process_env import child_env
+from support.process_env import child_env
 
 from backends.state_cache import StateCache, StateKey
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
-from pty_run import RAW_CONTROLS, on_terminal
+from support.process_env import child_env
+from support.pty_run import RAW_CONTROLS, on_terminal
 
 HERE = Path(__file__).resolve().parent
 #: a model file's name as a hostile download or archive may leave it
@@ -28,7 +28,7 @@ def test_tools_shows_a_tool_name_inert(tmp_path, smollm_path):
     config.parent.mkdir(parents=True)
     config.write_text("[mcp.servers.evil]\n"
                       f"command = {json.dumps(sys.executable)}\n"
-                      f"args = [{json.dumps(str(HERE / 'escape_named_mcp_server.py'))}]\n", encoding="utf-8")
+                      f"args = [{json.dumps(str(HERE.parents[1] / 'support' / 'escape_named_mcp_server.py'))}]\n", encoding="utf-8")
     run = on_terminal(env, "tools", "--model", str(smollm_path))
     assert run.returncode == 0, run.screen
     assert not any(c in run.screen for c in RAW_CONTROLS), repr(run.screen)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
+from support.hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
 from app.models.hub import CHUNK_BYTES
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "templates"))
 
-from template_oracle import llama_vocab, oracle_render  # noqa: E402
+from support.template_oracle import llama_vocab, oracle_render  # noqa: E402
 
 from app.cli import main  # noqa: E402
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J hello \x9b2J"

@@ -113,8 +113,7 @@ def test_continuing_a_held_reply_on_a_server_is_refused_in_one_line(smollm_path,
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backends"))
-    from remote_servers import LlamaServer
+    from support.remote_servers import LlamaServer
 
     from backends.remote import RemoteSettings
     from backends.remote_connect import connect

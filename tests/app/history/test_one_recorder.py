@@ -5,7 +5,7 @@ conversation's own values (``ChatMessage``, ``ReplyEvent``): no stand-in objects
 the history then has to probe with ``getattr``; the recorder returns row ids and never writes onto the
 messages it is given (the conversation keeps them: ``Conversation.mark_stored``); and whether a stored
 conversation is of another vocabulary is decided in one place (``model_identity.vocabulary_switch``).
-What the recorder stores is tested through real runs elsewhere (tests/app/history, tests/tui/test_history*.py).
+What the recorder stores is tested through real runs elsewhere (tests/app/history, tests/app/tui/test_history*.py).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 from app.history.store import ChatStore
 

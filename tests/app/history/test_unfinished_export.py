@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from process_env import child_env
+from support.process_env import child_env
 
 #: a chat: a new conversation in database argv[1], the question committed, the reply's first words saved;
 #: then it waits on stdin

@@ -1,6 +1,6 @@
 """Pulling models with the real huggingface_hub client against the local hub stand-in.
 
-The stand-in (tests/hub_standin.py) serves the test-asset GGUFs under the
+The stand-in (tests/support/hub_standin.py) serves the test-asset GGUFs under the
 hub's URL scheme on loopback; HF_ENDPOINT points the real client at it.
 Nothing here reaches the internet.
 """
@@ -15,9 +15,9 @@ import pytest
 from app.models import hub
 from app.models.hub_cache import cached_model, remove_model
 from app.models.hub_ref import HubRef, parse_ref
-from assets import cache_dir
-from gguf_split import cached_split
-from hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
+from support.assets import cache_dir
+from support.gguf_split import cached_split
+from support.hub_standin import SMOLLM_FILE, SMOLLM_REPO, serving_smollm, sha256_of
 
 REPO, FILE = SMOLLM_REPO, SMOLLM_FILE
 SPLIT_REPO = "tokchat-test/SmolLM2-135M-Instruct-split-GGUF"

@@ -12,8 +12,8 @@ import pytest
 
 from app.models.catalog import catalog, human_age
 from app.history.store import ChatStore
-from assets import cache_dir
-from gguf_split import cached_split
+from support.assets import cache_dir
+from support.gguf_split import cached_split
 
 ROOT = Path(__file__).resolve().parents[3]
 REPO = "tokchat-test/SmolLM2-135M-Instruct-GGUF"

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(TESTS / "backends"))
-sys.path.insert(0, str(TESTS / "app" / "chat"))
-from hostile_server import HostileServer  # noqa: E402
-from remote_servers import LlamaServer  # noqa: E402
-from test_headless_history import child_env, tokchat  # noqa: E402
+from support.hostile_server import HostileServer  # noqa: E402
+from support.remote_servers import LlamaServer  # noqa: E402
+from support.process_env import child_env  # noqa: E402
+from support.headless_runs import tokchat  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

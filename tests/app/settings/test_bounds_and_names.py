@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_env import child_env
+from support.process_env import child_env
 
 from app.settings.config import SCHEMA
 from templates.names import NAMES

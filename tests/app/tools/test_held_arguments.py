@@ -1,6 +1,6 @@
 """``[tools] constrain_arguments`` (issue 46 item 5): a call's arguments held to its tool's input schema.
 
-The tools are the real MCP test server's (tests/app/tools/mcp_test_server.py); the grammar is compiled
+The tools are the real MCP test server's (tests/support/mcp_test_server.py); the grammar is compiled
 against Qwen2.5-Coder's real vocabulary as tokchat reads it, and the reply comes from the real llama.cpp
 engine through the real tool loop, whose own parser judges the calls.  The control is the same prompt with
 the arguments free: there the model's call breaks the ``add`` tool's schema (2.5 is not an integer).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from jsonschema import Draft202012Validator
-from tool_helpers import hub  # noqa: F401 (a fixture)
+from support.tool_helpers import hub  # noqa: F401 (a fixture)
 
 from app.conversation.session import ChatSession
 from app.settings.tools import ToolSettings

@@ -11,7 +11,7 @@ import io
 import json
 
 import pytest
-from tool_helpers import Script, call_text, hub, sdk_server_config  # noqa: F401 (hub: a fixture)
+from support.tool_helpers import Script, call_text, hub, sdk_server_config  # noqa: F401 (hub: a fixture)
 
 from app.chat.headless import run_headless
 from app.conversation.session import ChatSession

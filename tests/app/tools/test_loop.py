@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tool_helpers import hub, Script, call_text  # noqa: F401 (hub: a fixture)
+from support.tool_helpers import hub, Script, call_text  # noqa: F401 (hub: a fixture)
 
 from app.conversation.session import ChatSession
 from app.tools.display import printable

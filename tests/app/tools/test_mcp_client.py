@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from tool_helpers import hub, TEST_SERVER, sdk_server_config, time_server_config  # noqa: F401 (hub: a fixture)
+from support.tool_helpers import hub, TEST_SERVER, sdk_server_config, time_server_config  # noqa: F401 (hub: a fixture)
 
 from app.settings.tools import ServerConfig
 from app.tools.mcp_client import McpHub

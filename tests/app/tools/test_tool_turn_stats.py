@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 
-from tool_helpers import Script, call_text, sdk_server_config
+from support.tool_helpers import Script, call_text, sdk_server_config
 
 from app.chat.headless import run_headless
 from app.conversation.messages import TurnStats

@@ -5,7 +5,7 @@ import io
 import json
 import sys
 
-from tool_helpers import TEST_SERVER, Script, call_text, sdk_server_config
+from support.tool_helpers import TEST_SERVER, Script, call_text, sdk_server_config
 
 from app.cli import main
 from app.chat.headless import run_headless

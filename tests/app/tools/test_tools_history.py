@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from tool_helpers import Script, call_text, sdk_server_config
+from support.tool_helpers import Script, call_text, sdk_server_config
 
 from app.history.export import conversation_from_json, to_json, to_markdown
 from app.chat.headless import run_headless
