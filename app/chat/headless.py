@@ -221,7 +221,7 @@ def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, re
     then the switch is recorded as the TUI's ``/model`` records one, and the stored reply ids, which mean
     nothing in this vocabulary, are dropped (the replies are encoded again from their text).  The rule is
     :func:`app.history.model_identity.vocabulary_switch`, the TUI's sidebar's too."""
-    from app.history.model_identity import record_switch, vocabulary_switch
+    from app.history.model_identity import switch_record, vocabulary_switch
 
     switch = vocabulary_switch(stored.info, session.tokenizer)
     if switch is None:
@@ -237,8 +237,8 @@ def _same_vocabulary(options: ChatOptions, session: ChatSession, stored: Any, re
     session.forget_reply_ids()
     if recorder is not None:
         model = str(options.model_path or options.model or info.model_name)
-        record_switch(recorder, stored.info, switch, model=model, model_name=info.model_name,
-                      template=session.template.name)
+        recorder.update(**switch_record(stored.info, switch, model=model, model_name=info.model_name,
+                                        template=session.template.name))
     print(f"tokchat: --resume {options.resume}: switched from {switch.was} to {now}{where} (another vocabulary; "
           "recorded in the conversation)", file=err)
     return True

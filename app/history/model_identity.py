@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tokenizer.protocol import Tokenizer
-    from app.history.recorder import HistoryRecorder
     from app.history.types import ConversationInfo
 
 #: the key in a conversation's settings
@@ -70,7 +69,7 @@ def vocabulary_switch(info: ConversationInfo, tokenizer: Tokenizer) -> Vocabular
     the TUI's sidebar): a switch when it was written in another vocabulary than ``tokenizer``'s; None when
     its ids are this model's, or it was stored before fingerprints (nothing to compare).
 
-    Going on anyway (the TUI always, headless with ``--switch-model``) is :func:`record_switch` and
+    Going on anyway (the TUI always, headless with ``--switch-model``) is :func:`switch_record` and
     :meth:`app.conversation.conversation.Conversation.forget_reply_ids`."""
     theirs = stored_fingerprint(info.settings)
     if theirs is None:
@@ -81,13 +80,13 @@ def vocabulary_switch(info: ConversationInfo, tokenizer: Tokenizer) -> Vocabular
     return VocabularySwitch(info.model_name or Path(info.model_path).name or "another model", ours)
 
 
-def record_switch(recorder: HistoryRecorder, info: ConversationInfo, switch: VocabularySwitch, *, model: str,
-                  model_name: str, template: str, sampling: Any = None) -> None:
-    """The stored conversation goes on with this model: its model, template (and ``sampling`` when given)
-    and its settings with this vocabulary's fingerprint, so a later resume compares against the model that
-    wrote last (what ``/model`` records too)."""
+def switch_record(info: ConversationInfo, switch: VocabularySwitch, *, model: str, model_name: str, template: str,
+                  sampling: Any = None) -> dict[str, Any]:
+    """What the recorder stores (``HistoryRecorder.update(**...)``) when the stored conversation goes on with this
+    model: its model, template (and ``sampling`` when given) and its settings with this vocabulary's fingerprint,
+    so a later resume compares against the model that wrote last (what ``/model`` records too)."""
     meta: dict[str, Any] = {"model": model, "model_name": model_name, "template": template,
                             "settings": {**(info.settings or {}), SETTINGS_KEY: switch.fingerprint}}
     if sampling is not None:
         meta["sampling"] = sampling
-    recorder.update(**meta)
+    return meta

@@ -32,13 +32,29 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from app.history.store import ChatStore, StoreError
 
 if TYPE_CHECKING:  # the conversation's values; imported where a turn runs, not at startup
     from app.conversation.messages import ChatMessage, ReplyEvent
-    from app.settings.options import ChatOptions
+    from backends.base import SamplingParams
+
+
+class RecordedOptions(Protocol):
+    """What :meth:`HistoryRecorder.from_options` reads of a chat's options (``app.settings.options.ChatOptions``,
+    a room above the history: it is named here by what is read, not imported)."""
+
+    model: str | None
+    model_path: Path | None
+    system: str
+    template: str
+    backend: str
+    sampling: SamplingParams
+    ctx: int | None
+    think: bool | None
+    history: bool
+    preset: str | None
 
 
 class HistoryRecorder:
@@ -76,7 +92,7 @@ class HistoryRecorder:
         self._last_progress = 0.0
 
     @classmethod
-    def from_options(cls, options: ChatOptions, *, model_path: str | Path = "", model_name: str = "",
+    def from_options(cls, options: RecordedOptions, *, model_path: str | Path = "", model_name: str = "",
                      template: str = "", **kwargs: Any) -> HistoryRecorder:
         """A recorder for a chat run with :class:`app.settings.options.ChatOptions`.
 

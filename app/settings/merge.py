@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.conversation.attachments import AttachLimits
 from app.settings.config import (DEFAULTS_PATH, OWN_TABLES, SCHEMA, check_value, flatten, read_toml,
@@ -27,8 +27,16 @@ from app.settings.tools import tool_settings
 from backends.base import SamplingParams
 
 if TYPE_CHECKING:
-    from app.models.presets import Preset
     from backends.model_meta import ModelMeta
+
+
+class MatchedPreset(Protocol):
+    """What the settings read of a model preset (``app.models.presets.Preset``, a room above: named here by what
+    is read, not imported)."""
+
+    name: str
+    path: Path
+    values: dict[str, Any]
 
 #: the source shown for a value nobody changed (``tokchat config show``)
 DEFAULTS_SOURCE = "default.toml"
@@ -75,7 +83,7 @@ class Settings:
     values: dict[str, Any]
     sources: dict[str, str]
     #: the preset applied (None when no model preset matched or the model could not be read)
-    preset: Any = None
+    preset: MatchedPreset | None = None
     model_path: Path | None = None
     #: why no preset applies, when that is worth saying (the model is missing, unreadable...)
     preset_note: str | None = None
@@ -93,7 +101,7 @@ class Settings:
         :func:`app.models.preset_match.match_served`)."""
         return not (self.values["server.url"] and not self.values["model.default"])
 
-    def apply_preset(self, preset: Preset | None, model_path: Path | None, note: str | None,
+    def apply_preset(self, preset: MatchedPreset | None, model_path: Path | None, note: str | None,
                      meta: ModelMeta | None = None) -> None:
         """Lay a matched model preset under the user's config and the flags.
 

@@ -519,7 +519,7 @@ class ChatHistory:
             host.notify(str(exc), severity="error")
             return
         from app.conversation.branches import from_links
-        from app.history.model_identity import record_switch, vocabulary_switch
+        from app.history.model_identity import switch_record, vocabulary_switch
 
         settled, tail = unsettled_tail(conversation)
         stored = [m for m in settled + off_tail(conversation.branches, tail) if m.role != "system"]
@@ -552,9 +552,10 @@ class ChatHistory:
             if switched is not None:  # recorded as /model and headless --switch-model record it
                 chat = host.chat
                 assert chat is not None  # the switch is to the model loaded
-                record_switch(self.recorder, conversation.info, switched, model=str(chat.model_path),
-                              model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
-                              sampling=session.sampling)
+                self.recorder.update(**switch_record(
+                    conversation.info, switched, model=str(chat.model_path),
+                    model_name=chat.info.model_name or chat.model_path.stem, template=chat.template.name,
+                    sampling=session.sampling))
         if switched is not None:
             host.notify(f"#{conv_id} was written by {switched.was}, whose vocabulary is not this model's: it goes on "
                         "with this model, its replies encoded again from their text (the switch is recorded)",
