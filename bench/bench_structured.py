@@ -201,7 +201,7 @@ def speculation(model: Path, rounds: int, max_tokens: int) -> list[str]:
                 b.close()
     med = {k: statistics.median(v) for k, v in speeds.items()}
     up_free, up_held = med[("ngram", "free")] / med[("off", "free")], med[("ngram", "held")] / med[("off", "held")]
-    kept = (up_held - 1) / (up_free - 1) if up_free > 1 else float("nan")
+    kept = up_held / up_free
     return ["", f"Speculation on a copy-heavy reply ({rounds} paired rounds, tok/s after the first id, medians): "
             f"free {med[('off', 'free')]:.1f} -> {med[('ngram', 'free')]:.1f} with n-gram drafts "
             f"(**{up_free:.2f}x**); held to its schema {med[('off', 'held')]:.1f} -> {med[('ngram', 'held')]:.1f} "
@@ -323,7 +323,7 @@ def main() -> int:
     speeds = (generate(rows, cats, model, args.per_category, args.max_tokens, deadline)
               if args.per_category else None)
     extra = speculation(model, args.speculation, 400) if args.speculation else []
-    print(table(cats, speeds, args, started) + "\n".join(extra))
+    print("\n".join([table(cats, speeds, args, started), *extra]))
     return 0
 
 
