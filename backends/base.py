@@ -8,10 +8,22 @@ where an engine is missing.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Collection, Generator, Protocol, Sequence, runtime_checkable
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10 (the engine child starts on it too): str and Enum, printed and formatted as the word
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
 
 
 class BackendError(RuntimeError):

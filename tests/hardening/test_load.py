@@ -35,8 +35,11 @@ from tokenizer import load_tokenizer
 TURNS = int(os.environ.get("TOKCHAT_LOAD_TURNS", "20"))
 CTX = 512
 MAX_TOKENS = 8
-#: heap blocks one stored turn may add (it adds about 20: messages, stats, strings, a cache entry)
-BLOCKS_PER_TURN = 100
+#: heap blocks one stored turn may add: about 20 for its messages, stats, strings and a cache entry, and one
+#: int object for each id the turn stores (about 50 here: the C encoder returns fresh ints, where the old
+#: per-piece cache handed out shared ones).  A leak of what a turn sends (its whole prompt, 400 to 500 ids
+#: once the window is full) would still be over it.
+BLOCKS_PER_TURN = 160
 
 
 class _Counting:

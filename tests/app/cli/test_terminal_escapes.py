@@ -7,21 +7,19 @@ terminal would receive them.  A file written with ``-o`` and a pipe keep the exa
 """
 from __future__ import annotations
 
-import errno
 import json
-import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import pty_run
 from support.process_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J hello \x9b2J"
 #: what a terminal acts on: ESC, BEL and the one-byte CSI
-RAW = ("\x1b", "\x07", "\x9b")
+RAW = pty_run.RAW_CONTROLS
 
 pytestmark = pytest.mark.slow
 
@@ -29,26 +27,11 @@ pytestmark = pytest.mark.slow
 
 
 def on_terminal(env: dict[str, str], *args: str) -> str:
-    """Run tokchat with its stdout on a pseudo-terminal; what the terminal received, decoded."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=subprocess.PIPE)
-    os.close(slave)
-    received = bytearray()
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError as exc:
-            if exc.errno != errno.EIO:  # EIO: every writer of the terminal has closed it (its end of file)
-                raise
-            break
-        if not chunk:
-            break
-        received += chunk
-    os.close(master)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()
-    proc.stderr.close()
-    return received.decode("utf-8").replace("\r\n", "\n")
+    """Run tokchat with its stdout on a pseudo-terminal (:func:`support.pty_run.on_terminal`); what the terminal
+    received, decoded."""
+    run = pty_run.on_terminal(env, *args, stderr_too=False)
+    assert run.returncode == 0, run.stderr
+    return run.screen
 
 
 def piped(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
