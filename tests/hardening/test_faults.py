@@ -15,10 +15,10 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from support.tmux import Tmux
 from support.process_env import child_env
 
 from app.history.recorder import HistoryRecorder
@@ -267,26 +267,8 @@ def test_sigint_mid_reply_headless_keeps_the_partial_reply(smollm_path, tmp_path
 
 # -- killed or interrupted mid-reply: the TUI in tmux ---------------------------------------------
 
-class _Tmux:
-    def __init__(self, tmp: Path) -> None:
-        self.socket = str(tmp / "tmux.sock")
-        self.name = f"hardening-{uuid.uuid4().hex[:8]}"
-
-    def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True).stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", self.name)
-
-    def wait(self, predicate, timeout_s: float, what: str) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            screen = self.screen()
-            if predicate(screen):
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the screen was:\n{screen}")
-            time.sleep(0.2)
+class _Tmux(Tmux):
+    """:class:`support.tmux.Tmux` with the pid of the tokchat it runs."""
 
     def app_pid(self) -> int:
         """The tokchat process: the child of the pane's shell."""
@@ -295,7 +277,7 @@ class _Tmux:
         return int(children[0])
 
     def kill_server(self) -> None:
-        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
+        self.kill()
 
 
 def engine_pids(parent: int) -> list[int]:
