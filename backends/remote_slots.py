@@ -191,6 +191,8 @@ class SlotKeeper:
             return f"none (llama-server could not restore {entry.filename}: {_why(status, body)})", None
         restored = int(body.get("n_restored") or 0)
         self._held = entry.ids[:restored]
+        with contextlib.suppress(OSError):  # `tokchat cache` says when an entry was last used
+            os.utime(entry.path)
         return f"loaded {min(usable, restored)} ids from disk in {time.perf_counter() - started:.2f} s", slot
 
     # -- after a reply -----------------------------------------------------------------------------------
@@ -283,6 +285,58 @@ def server_state(backend: Any, state_dir: Path | None) -> ServerState:
     server = backend.server
     key = f"{server.model}\0{server.identity}"
     return SlotKeeper(backend, SlotIndex(Path(state_dir) / FOLDER, key), int(server.slots or 1))
+
+
+@dataclass(frozen=True)
+class IndexedSlot:
+    """One slot file tokchat asked a llama-server to save, as ``tokchat cache`` lists it."""
+
+    entry: SlotEntry
+    #: the served model as the server named it (the first part of the index's key)
+    model: str
+    #: when tokchat last wrote or read the entry (its file's mtime)
+    used: float
+
+
+def indexed_slots(state_root: Path) -> list[IndexedSlot]:
+    """Every entry of every server's slot index under ``state_root`` (the state cache's root), unreadable ones
+    left out (a restore deletes them); [] without an index."""
+    found: list[IndexedSlot] = []
+    try:
+        folders = [Path(e.path) for e in os.scandir(Path(state_root) / FOLDER) if e.is_dir()]
+    except OSError:
+        return []
+    for folder in folders:
+        for e in os.scandir(folder):
+            if not e.name.endswith(".json"):
+                continue
+            try:
+                data = json.loads(Path(e.path).read_text())
+                entry = SlotEntry(Path(e.path), str(data["filename"]), int(data["slot"]),
+                                  tuple(int(t) for t in data["ids"]))
+                found.append(IndexedSlot(entry, str(data["key"]).split("\0", 1)[0], e.stat().st_mtime))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return found
+
+
+def forget_slots(state_root: Path) -> int:
+    """Delete every server's slot index under ``state_root``: the number of entries forgotten.  The servers' own
+    files stay in their ``--slot-save-path`` (tokchat has no way to delete files there); unindexed, tokchat never
+    asks for them again."""
+    count = 0
+    try:
+        folders = [Path(e.path) for e in os.scandir(Path(state_root) / FOLDER) if e.is_dir()]
+    except OSError:
+        return 0
+    for folder in folders:
+        for e in os.scandir(folder):
+            if e.name.endswith((".json", ".tmp")):
+                count += e.name.endswith(".json")
+                _remove(Path(e.path))
+        with contextlib.suppress(OSError):  # a write under way left a file: the folder stays
+            folder.rmdir()
+    return count
 
 
 def _remove(path: Path) -> None:

@@ -7,6 +7,12 @@ engine that wrote it knows only ids); the conversation is found in the history
 by its ids: a state ends with a stored reply's ids as generated (all but the
 reply's last, which the engine never evaluates).  ``clear`` deletes them all.
 
+A llama-server started with ``--slot-save-path`` keeps its slots in files on its own
+disk; tokchat keeps the index of which file holds which ids (backends.remote_slots).
+``list`` gives those entries too (conversation, model, ids, the server's file name,
+last used), and ``clear`` forgets them: the server's files stay where the server put
+them (tokchat cannot delete files on a server's disk), and are never asked for again.
+
 States are a cache: clearing them loses nothing but time (the next resumed
 conversation is evaluated from its text again).
 """
@@ -52,6 +58,7 @@ def state_line(options: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from app.models.hub import human_bytes
+    from backends.remote_slots import forget_slots, indexed_slots
     from backends.state_cache import StateCache
 
     root = state_folder()
@@ -59,12 +66,29 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "clear":
         count, size = cache.clear()
         print(f"deleted {count} saved state(s), {human_bytes(size)}, from {root}")
+        if forgotten := forget_slots(root):
+            print(f"forgot {forgotten} llama-server slot file(s): the files stay in the server's --slot-save-path "
+                  "(delete them there); tokchat no longer asks for them")
         return 0
     entries = cache.entries()
+    slots = indexed_slots(root)
+    owners = _owners() if entries or slots else {}
     if not entries:
         print(f"no saved states in {root}")
-        return 0
-    owners = _owners()
+    else:
+        _print_states(entries, owners, root, cache.total_bytes())
+    if slots:
+        _print_slots(slots, owners)
+    return 0
+
+
+def _owner(owners: dict[tuple[int, ...], str], ids: tuple[int, ...]) -> str:
+    return next((owners[tail] for n in range(_TAIL, _MIN_TAIL - 1, -1) if (tail := ids[-n:]) in owners), "")
+
+
+def _print_states(entries: list, owners: dict[tuple[int, ...], str], root: Path, total: int) -> None:
+    from app.models.hub import human_bytes
+
     now = time.time()
     rows = []
     for saved, path, refused in entries:
@@ -72,8 +96,7 @@ def run(args: argparse.Namespace) -> int:
         if saved is None:
             rows.append((used, ["?", "?", "?", human_bytes(_size(path)), _age(now - used), f"refused: {refused}"]))
             continue
-        owner = next((owners[tail] for n in range(_TAIL, _MIN_TAIL - 1, -1)
-                      if (tail := saved.ids[-n:]) in owners), "")
+        owner = _owner(owners, saved.ids)
         rows.append((used, [owner or "-", saved.model_name or "?", f"{len(saved.ids):,}", human_bytes(saved.size),
                             _age(now - used), ""]))
     rows.sort(key=lambda row: -row[0])
@@ -82,8 +105,22 @@ def run(args: argparse.Namespace) -> int:
     for cells in table:
         print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
               + (f"  {cells[5]}" if cells[5] else ""))
-    print(f"{len(entries)} state(s), {human_bytes(cache.total_bytes())} in {root} (`tokchat cache clear` deletes them)")
-    return 0
+    print(f"{len(entries)} state(s), {human_bytes(total)} in {root} (`tokchat cache clear` deletes them)")
+
+
+def _print_slots(slots: list, owners: dict[tuple[int, ...], str]) -> None:
+    """The llama-server slot files tokchat has indexed (backends.remote_slots.IndexedSlot), newest first."""
+    now = time.time()
+    print()
+    table = [["conversation", "model", "ids", "server's file", "last used"]]
+    for slot in sorted(slots, key=lambda s: -s.used):
+        table.append([_owner(owners, slot.entry.ids) or "-", Path(slot.model).name or "?", f"{len(slot.entry.ids):,}",
+                      slot.entry.filename, _age(now - slot.used)])
+    widths = [max(len(r[i]) for r in table) for i in range(5)]
+    print("llama-server slots saved on the servers' disks (tokchat's index of them):")
+    for cells in table:
+        print("  ".join(c.rjust(w) if i == 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
+    print(f"{len(slots)} slot file(s) indexed (`tokchat cache clear` forgets them; the files stay on the server)")
 
 
 def _owners() -> dict[tuple[int, ...], str]:

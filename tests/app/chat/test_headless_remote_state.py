@@ -50,6 +50,11 @@ def turn(env: dict[str, str], *args: str) -> dict:
     return json.loads(done.stderr.strip().splitlines()[-1])
 
 
+def tokchat(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300)
+
+
 def test_resume_on_a_restarted_server_restores_its_saved_slot(servers, smollm_path, tmp_path):
     slots = tmp_path / "slots"
     slots.mkdir()
@@ -63,10 +68,26 @@ def test_resume_on_a_restarted_server_restores_its_saved_slot(servers, smollm_pa
     first_server.stop()
     assert len(list(slots.iterdir())) == 1
 
+    server_file = next(slots.iterdir()).name
+    listed = tokchat(env, "cache")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if server_file in line)
+    # the entry is named by the conversation it holds, the model, and its ids
+    assert row.split()[:2] == ["1", "Here"] and smollm_path.name in row and f"{saved:,}" in row, listed.stdout
+    assert "1 slot file(s) indexed" in listed.stdout
+
     again = servers(slots)  # the same folder, a new process on another port
     resumed = turn(env, "--server", again.url, *model, "--resume", "1", "--prompt", "And in two words?")
     assert re.fullmatch(rf"loaded {saved} ids from disk in \d+\.\d\d s", resumed["state"]), resumed["state"]
     assert resumed["new_prompt_tokens"] == resumed["prompt_tokens"] - saved  # the server's own count
+    again.slots()  # the save of the longer conversation, sent as tokchat quit, is written
+
+    cleared = tokchat(env, "cache", "clear")
+    assert cleared.returncode == 0 and "forgot 1 llama-server slot file(s)" in cleared.stdout, cleared.stdout
+    assert "slot file(s) indexed" not in tokchat(env, "cache").stdout
+    assert server_file in {p.name for p in slots.iterdir()}  # the server's own file is where it was
+    forgotten = turn(env, "--server", again.url, *model, "--resume", "1", "--prompt", "And in one word?")
+    assert forgotten["state"] == "none (nothing saved for these ids)", forgotten["state"]
 
 
 def test_a_server_without_slot_save_path_says_once_that_it_keeps_nothing(servers, smollm_path, tmp_path):
