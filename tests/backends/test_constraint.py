@@ -194,8 +194,9 @@ def test_speculative_drafts_are_cut_to_what_the_schema_allows(qwen_path, qwen_to
     """A copy-heavy request: the n-gram drafter proposes the prompt's JSON, whose extra field the schema
     refuses; the reply still validates and is the one the engine gives without speculation."""
     record = {"name": "Ada Lovelace", "age": 36, "languages": ["python", "rust"], "city": "London"}
-    question = ("Copy this JSON record exactly, every field as it is:\n" + json.dumps(record) + "\n" +
-                json.dumps(record))
+    # one field a line, the layout the model writes under the schema's grammar: the drafts match its ids
+    question = ("Copy this JSON record exactly, every field as it is:\n" + json.dumps(record, indent=0) + "\n" +
+                json.dumps(record, indent=0))
     person = parse_constraint("json_schema", json.dumps(PERSON))
     replies = {}
     for mode in ("off", "ngram"):

@@ -365,9 +365,13 @@ def test_a_server_serving_another_model_is_refused(smollm_path, qwen_path, serve
 
 # -- distributed: one model split over two RPC workers ----------------------------------------
 
-def test_split_over_two_rpc_workers_gives_the_same_greedy_ids(smollm_path, server_factory, tmp_path):
+def test_split_over_two_rpc_workers_gives_the_same_greedy_ids(smollm_path, server_factory, tmp_path, monkeypatch):
     import re
 
+    # the workers hold the cache, so they attend every batch with flash attention; tokchat's build attends short
+    # batches on the CPU by matrix products (backends/patches/cpu-small-batch-attention.patch): the local engine
+    # here is told to do as the workers do
+    monkeypatch.setenv("TOKCHAT_CPU_FLASH_ATTN", "all")
     workers = [RpcWorker(tmp_path).start() for _ in range(2)]
     try:
         server = server_factory(smollm_path, rpc=[w.endpoint for w in workers], extra=("-lv", "4"))
