@@ -101,13 +101,15 @@ def run_headless(options: ChatOptions, *, backend: Any = None, recorder: History
             if tools is not None and steer != "continue":
                 events = tools.loop.run(events)
             for event in events:
-                if recorder is not None:
-                    recorder.on_event(event)
+                # the reply's text is printed before it is stored: a SIGKILL between the two leaves the history a
+                # prefix of what the user saw, never text they did not see
                 if event.kind == "content":
                     reply_out.write(event.text)
                 elif event.kind == "reasoning" and options.show_thinking:
                     stderr.reasoning(event.text)
-                elif event.kind in ("notice", "error"):
+                if recorder is not None:
+                    recorder.on_event(event)
+                if event.kind in ("notice", "error"):
                     print(f"tokchat: {event.text}", file=stderr)
                     status = 2 if event.kind == "error" else status
                 elif event.kind in ("tool_call", "tool_result"):
