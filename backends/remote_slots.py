@@ -85,18 +85,13 @@ class SlotIndex:
 
     def entries(self) -> list[SlotEntry]:
         found = []
-        try:
-            paths = [Path(e.path) for e in os.scandir(self.folder) if e.name.endswith(".json")]
-        except OSError:
-            return []
-        for path in paths:
+        for path in _listing(self.folder, (".json",)):
             try:
-                data = json.loads(path.read_text())
-                if data["key"] != self.key:
+                entry, key = _read_entry(path)
+                if key != self.key:
                     raise ValueError("another key")
-                found.append(SlotEntry(path, str(data["filename"]), int(data["slot"]),
-                                       tuple(int(t) for t in data["ids"])))
-            except (OSError, ValueError, KeyError, TypeError):
+                found.append(entry)
+            except _UNREADABLE:
                 _remove(path)  # torn or foreign: the server's file is then just not used
         return found
 
@@ -302,20 +297,12 @@ def indexed_slots(state_root: Path) -> list[IndexedSlot]:
     """Every entry of every server's slot index under ``state_root`` (the state cache's root), unreadable ones
     left out (a restore deletes them); [] without an index."""
     found: list[IndexedSlot] = []
-    try:
-        folders = [Path(e.path) for e in os.scandir(Path(state_root) / FOLDER) if e.is_dir()]
-    except OSError:
-        return []
-    for folder in folders:
-        for e in os.scandir(folder):
-            if not e.name.endswith(".json"):
-                continue
+    for folder in _index_folders(state_root):
+        for path in _listing(folder, (".json",)):
             try:
-                data = json.loads(Path(e.path).read_text())
-                entry = SlotEntry(Path(e.path), str(data["filename"]), int(data["slot"]),
-                                  tuple(int(t) for t in data["ids"]))
-                found.append(IndexedSlot(entry, str(data["key"]).split("\0", 1)[0], e.stat().st_mtime))
-            except (OSError, ValueError, KeyError, TypeError):
+                entry, key = _read_entry(path)
+                found.append(IndexedSlot(entry, key.split("\0", 1)[0], path.stat().st_mtime))
+            except _UNREADABLE:
                 continue
     return found
 
@@ -325,18 +312,40 @@ def forget_slots(state_root: Path) -> int:
     files stay in their ``--slot-save-path`` (tokchat has no way to delete files there); unindexed, tokchat never
     asks for them again."""
     count = 0
-    try:
-        folders = [Path(e.path) for e in os.scandir(Path(state_root) / FOLDER) if e.is_dir()]
-    except OSError:
-        return 0
-    for folder in folders:
-        for e in os.scandir(folder):
-            if e.name.endswith((".json", ".tmp")):
-                count += e.name.endswith(".json")
-                _remove(Path(e.path))
+    for folder in _index_folders(state_root):
+        for path in _listing(folder, (".json", ".tmp")):
+            count += path.suffix == ".json"
+            _remove(path)
         with contextlib.suppress(OSError):  # a write under way left a file: the folder stays
             folder.rmdir()
     return count
+
+
+#: what reading an index file can raise: gone, torn, not JSON, a field missing or of the wrong type
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError)
+
+
+def _read_entry(path: Path) -> tuple[SlotEntry, str]:
+    """One index file: its entry and the key it was written under (raises one of :data:`_UNREADABLE`)."""
+    data = json.loads(path.read_text())
+    return SlotEntry(path, str(data["filename"]), int(data["slot"]), tuple(int(t) for t in data["ids"])), \
+        str(data["key"])
+
+
+def _listing(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files in ``folder`` whose names end with one of ``suffixes``; [] for a folder gone or unreadable."""
+    try:
+        return [Path(e.path) for e in os.scandir(folder) if e.name.endswith(suffixes)]
+    except OSError:
+        return []
+
+
+def _index_folders(state_root: Path) -> list[Path]:
+    """One folder per served model (its key's digest) under the state cache's root."""
+    try:
+        return [Path(e.path) for e in os.scandir(Path(state_root) / FOLDER) if e.is_dir()]
+    except OSError:
+        return []
 
 
 def _remove(path: Path) -> None:

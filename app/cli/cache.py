@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.cli.terminal import cell, shown
+
 #: the reply ids a state's tail is matched on: at most _TAIL, at least _MIN_TAIL (a shorter reply names no owner)
 _TAIL = 12
 _MIN_TAIL = 4
@@ -102,9 +104,9 @@ def _print_states(entries: list, owners: dict[tuple[int, ...], str], root: Path,
     rows.sort(key=lambda row: -row[0])
     table = [["conversation", "model", "ids", "size", "last used", ""]] + [cells for _, cells in rows]
     widths = [max(len(r[i]) for r in table) for i in range(5)]
-    for cells in table:
-        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-              + (f"  {cells[5]}" if cells[5] else ""))
+    for cells in table:  # titles are the user's text: inert on a terminal (app.cli.terminal)
+        print(shown("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+                    + (f"  {cells[5]}" if cells[5] else "")))
     print(f"{len(entries)} state(s), {human_bytes(total)} in {root} (`tokchat cache clear` deletes them)")
 
 
@@ -114,12 +116,13 @@ def _print_slots(slots: list, owners: dict[tuple[int, ...], str]) -> None:
     print()
     table = [["conversation", "model", "ids", "server's file", "last used"]]
     for slot in sorted(slots, key=lambda s: -s.used):
-        table.append([_owner(owners, slot.entry.ids) or "-", Path(slot.model).name or "?", f"{len(slot.entry.ids):,}",
-                      slot.entry.filename, _age(now - slot.used)])
+        table.append([_owner(owners, slot.entry.ids) or "-", cell(Path(slot.model).name) or "?",
+                      f"{len(slot.entry.ids):,}", cell(slot.entry.filename), _age(now - slot.used)])
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     print("llama-server slots saved on the servers' disks (tokchat's index of them):")
-    for cells in table:
-        print("  ".join(c.rjust(w) if i == 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
+    for cells in table:  # the model is named by the server: inert on a terminal
+        print(shown("  ".join(c.rjust(w) if i == 2 else c.ljust(w)
+                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()))
     print(f"{len(slots)} slot file(s) indexed (`tokchat cache clear` forgets them; the files stay on the server)")
 
 

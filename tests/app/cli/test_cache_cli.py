@@ -53,3 +53,20 @@ def test_doctor_gives_the_state_folder_and_size_or_says_it_is_off(tmp_path):
     done = tokchat(env, "doctor")
     line = next(row for row in done.stdout.splitlines() if row.startswith("engine state cache:"))
     assert line.startswith("engine state cache: off") and str(root) in line, line
+
+
+def test_cache_lists_a_servers_slot_files_with_their_names_inert_on_a_terminal(tmp_path):
+    """The index names the model as the server reported it; on a terminal its controls are shown, not acted on."""
+    from support.pty_run import RAW_CONTROLS, on_terminal
+
+    from backends.remote_slots import FOLDER, SlotIndex
+
+    env = child_env(tmp_path)
+    root = Path(env["XDG_CACHE_HOME"]) / "tokchat" / "state"
+    SlotIndex(root / FOLDER, "/models/evil\x1b]0;pwned\x07.gguf\0build 1").record(list(range(300)), 0)
+    run = on_terminal(env, "cache")
+    assert run.returncode == 0, run.screen
+    assert "300" in run.screen and "1 slot file(s) indexed" in run.screen, run.screen
+    assert "evil" in run.screen and not any(c in run.screen for c in RAW_CONTROLS), repr(run.screen)
+    piped = tokchat(env, "cache")  # not a terminal: the name exactly as stored
+    assert "evil\x1b]0;pwned\x07.gguf" in piped.stdout
