@@ -1,6 +1,4 @@
 """``python -m app`` runs the tokchat CLI."""
-import sys
+from app.cli import run
 
-from app.cli import main
-
-sys.exit(main())
+run()

@@ -78,7 +78,9 @@ def capture_llama_log(path: Path | None) -> Path:
     """Send llama.cpp's (and ggml's) log to ``path`` from now on; returns the path used."""
     import ctypes
 
-    import llama_cpp
+    from backends.llama_lib import llama_bindings
+
+    llama_cpp = llama_bindings()
 
     path = Path(path) if path else default_log_path()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -46,20 +46,48 @@ from backends.engine_wire import (
 from backends.state_keeper import CLOSE_WAIT_S, KeepsState
 
 
-#: what ``--warm ENGINE`` imports ahead of the load request: the modules the load would import first
-_WARM_MODULES = {"llama.cpp": ("backends.llama_cpp", "backends.llama_engine", "llama_cpp")}
+#: what ``--warm ENGINE`` imports ahead of the load request, in two parts: the modules a load imports first
+#: (the load request waits for these), then those the first reply needs (imported while the model loads:
+#: llama.cpp's load runs in C without the GIL)
+_WARM_MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "llama.cpp": (("backends.llama_cpp", "backends.llama_engine", "backends.llama_lib"),
+                  ("numpy", "backends.sampling", "backends.llama_sampler")),
+}
 
 
-def _warm(engine: str) -> None:
-    """Import ``engine``'s library now, on a thread; a load request that comes meanwhile waits for it
-    (:meth:`EngineHost._load`) instead of importing the same modules beside it."""
-    import importlib
+class Warming:
+    """The ``--warm`` imports on a thread of their own (see :data:`_WARM_MODULES`).
 
-    for name in _WARM_MODULES.get(engine, ()):
+    A load waits for the first part, a reply for all of it, rather than
+    importing the same modules beside it: two threads importing overlapping
+    modules at once can meet in CPython's per-module import locks."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.for_load = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="tokchat-engine-warm", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import importlib
+
+        for_load, for_reply = _WARM_MODULES.get(self.engine, ((), ()))
         try:
-            importlib.import_module(name)
+            for name in for_load:
+                importlib.import_module(name)
+            if self.engine == "llama.cpp":
+                from backends.llama_lib import llama_bindings
+
+                llama_bindings()
         except ImportError:
             return  # the load request will say what is missing, in its own words
+        finally:
+            self.for_load.set()
+        for name in for_reply:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                return  # the reply will say so, in its own words
 
 
 def _make_backend(engine: str, device: str) -> Backend:
@@ -73,10 +101,9 @@ def _make_backend(engine: str, device: str) -> Backend:
 class EngineHost:
     """Serves one backend to the parent; see the module docstring."""
 
-    def __init__(self, wire: LineWriter, warming: threading.Thread | None = None) -> None:
+    def __init__(self, wire: LineWriter, warming: Warming | None = None) -> None:
         self.wire = wire
-        #: the ``--warm`` import, joined before a load imports anything: two threads importing
-        #: overlapping modules at once can meet in CPython's per-module import locks
+        #: the ``--warm`` imports: a load waits for their first part, a reply for all of them
         self.warming = warming
         self.backend: Backend | None = None
         self.current_job: int | None = None
@@ -112,8 +139,7 @@ class EngineHost:
 
     def _load(self, request: Load) -> None:
         if self.warming is not None:
-            self.warming.join()
-            self.warming = None
+            self.warming.for_load.wait()
         try:
             paths = ("log_path", "draft_model", "state_dir")
             options = LoadOptions(**{k: v for k, v in request.options.items() if k not in paths})
@@ -140,6 +166,9 @@ class EngineHost:
         self.wire.send(Loaded(asdict(backend.info)))
 
     def _generate(self, request: Generate) -> None:
+        if self.warming is not None:
+            self.warming.thread.join()
+            self.warming = None
         job = request.job
         backend = self.backend
         if backend is None:
@@ -196,8 +225,7 @@ def main() -> int:
     warming = None
     if "--warm" in sys.argv[1:-1]:
         engine = sys.argv[sys.argv.index("--warm") + 1]
-        warming = threading.Thread(target=_warm, args=(engine,), name="tokchat-engine-warm", daemon=True)
-        warming.start()
+        warming = Warming(engine)
     host = EngineHost(wire, warming)
     reader = threading.Thread(target=host.read_requests, args=(sys.stdin.buffer,), daemon=True)
     reader.start()

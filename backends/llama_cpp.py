@@ -234,13 +234,13 @@ class LlamaCppBackend:
 
         Refused in one line when its vocabulary is not the main model's id for id.
         """
+        path = options.draft_model
+        if path is None:
+            return ""  # before the imports: the tokenizer package's are 17 ms of every engine start
         from backends.draft_model import vocab_difference
         from backends.llama_engine import LlamaEngine, LlamaEngineError
         from tokenizer.errors import TokenizerError
 
-        path = options.draft_model
-        if path is None:
-            return ""
         path = Path(path)
         try:
             differs = vocab_difference(main, path)

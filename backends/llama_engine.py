@@ -67,7 +67,9 @@ class LlamaEngine:
     """One loaded GGUF; see the module docstring.  Not thread-safe: one thread uses it."""
 
     def __init__(self, model_path: Path, params: EngineParams) -> None:
-        import llama_cpp
+        from backends.llama_lib import llama_bindings
+
+        llama_cpp = llama_bindings()
 
         self._lib = llama_cpp
         self.params = params

@@ -47,7 +47,9 @@ def llama_chain(sampling: SamplingParams, seed: int, n_vocab: int, last_n: int =
     """A llama.cpp sampler chain for ``sampling``: llama.cpp's penalties sampler over ``last_n`` ids first when
     ``last_n`` > 0 (unfed: the caller accepts the window), then greedy or top-k, top-p, min-p, temperature and
     the draw seeded with ``seed``.  The caller frees it (``llama_sampler_free``)."""
-    import llama_cpp
+    from backends.llama_lib import llama_bindings
+
+    llama_cpp = llama_bindings()
 
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
 
@@ -72,10 +74,12 @@ class LlamaCppSampler:
 
     def __init__(self, sampling: SamplingParams, seed: int, n_vocab: int, n_ctx: int,
                  context: Sequence[int], constraint: ConstrainedReply | None = None) -> None:
-        import llama_cpp
         import numpy as np
 
+        from backends.llama_lib import llama_bindings
         from backends.sampling import RepetitionPenalty
+
+        llama_cpp = llama_bindings()
 
         self._lib = llama_cpp
         self._np = np

@@ -67,10 +67,10 @@ def read_model_meta(path: Path | str) -> ModelMeta:
     if path.is_dir():
         raise BackendError(f"{path} is a directory but not an MLX model (config.json + *.safetensors)")
     from tokenizer.errors import TokenizerError
-    from tokenizer.gguf import read_gguf
+    from tokenizer.gguf import VOCAB_ARRAYS, read_gguf
 
     try:
-        gguf = read_gguf(path)
+        gguf = read_gguf(path, defer=VOCAB_ARRAYS)  # decoded by the tokenizer's load (GGUFFile.complete)
     except TokenizerError as exc:
         raise BackendError(f"{path.name} is not a readable GGUF model: {exc}") from exc
     kv = gguf.kv

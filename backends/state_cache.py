@@ -114,7 +114,9 @@ def model_identity(path: Path) -> str:
 def engine_build_key() -> str:
     """The loaded llama.cpp build: ``build.json``'s key and libllama's sha256 (backends/engine_build.py), else
     the bindings' version and libllama's size and mtime (a build tokchat did not make)."""
-    import llama_cpp
+    from backends.llama_lib import llama_bindings
+
+    llama_cpp = llama_bindings()
 
     lib = Path(llama_cpp.__file__).parent / "lib"
     # no build.json (a build tokchat did not make) or an unreadable one: the library files name the build

@@ -6,7 +6,9 @@
  *   gguf_strings(buf, offset, count, decode) -> (end, list[str] | None) | None
  *       Walks `count` GGUF strings (a little-endian u64 length, then the
  *       bytes) from `offset`, checking every length against the buffer.
- *       decode=True also decodes each one as strict UTF-8 into a list.
+ *       decode=1 (True) also decodes each one as strict UTF-8 into a list;
+ *       decode=2 checks that each one is strict UTF-8 and keeps nothing (an
+ *       array left as its bytes, tokenizer.gguf's RawStrings).
  *       None when anything is wrong: the careful Python reader then runs
  *       and names the offset and the problem.
  *
@@ -31,18 +33,18 @@ static inline uint64_t read_u64(const unsigned char *p) {
     return v;
 }
 
-/* gguf_strings(buf, offset: int, count: int, decode: bool) */
+/* gguf_strings(buf, offset: int, count: int, decode: 0 walk, 1 decode, 2 check) */
 static PyObject *py_gguf_strings(PyObject *self, PyObject *args) {
     Py_buffer view;
     unsigned long long offset, count;
     int decode;
-    if (!PyArg_ParseTuple(args, "y*KKp", &view, &offset, &count, &decode)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*KKi", &view, &offset, &count, &decode)) return NULL;
     const unsigned char *buf = view.buf;
     uint64_t size = (uint64_t)view.len, off = offset;
     PyObject *list = NULL;
     /* every string needs its 8-byte length: this bounds the list's size by the buffer's */
     if (off > size || count > (size - off) / 8) goto bad;
-    if (decode && !(list = PyList_New((Py_ssize_t)count))) {
+    if (decode == 1 && !(list = PyList_New((Py_ssize_t)count))) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -57,7 +59,10 @@ static PyObject *py_gguf_strings(PyObject *self, PyObject *args) {
                 PyErr_Clear();
                 goto bad;
             }
-            PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+            if (list)
+                PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+            else
+                Py_DECREF(s); /* decode == 2: checked, not kept */
         }
         off += n;
     }

@@ -33,7 +33,7 @@ import struct
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Container
+from typing import Any, Container, NamedTuple
 
 from tokenizer.errors import GGUFError
 
@@ -80,9 +80,27 @@ TYPE_NAMES = {t: spec[0] for t, spec in _SCALARS.items()} | {T_STRING: "string",
 
 #: string arrays whose stored bytes are kept beside their decoded lists (the C merge table reads them)
 RAW_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
+#: the vocabulary's big arrays: a header read for its facts (``defer``) walks over them, checked, and
+#: :meth:`GGUFFile.complete` decodes them when the tokenizer is built
+VOCAB_ARRAYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                          "tokenizer.ggml.merges", "tokenizer.ggml.precompiled_charsmap"})
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+
+
+class RawStrings(NamedTuple):
+    """A string array's bytes as stored (a u64 length, then UTF-8, for each of ``n_strings`` strings).
+
+    Kept beside the decoded list for :data:`RAW_KEYS` (the C merge table is built from them), or
+    instead of it when :meth:`GGUFFile.complete` was told to leave an array as its bytes: then the
+    lengths and the UTF-8 were checked as a decode checks them, and :meth:`decode` gives the list."""
+
+    data: bytes
+    n_strings: int
+
+    def decode(self, what: str = "string array") -> list[str]:
+        return _Reader(self.data, len(self.data)).string_array(self.n_strings, what)
 
 
 @dataclass
@@ -101,8 +119,73 @@ class GGUFFile:
     types: dict[str, str] = field(default_factory=dict)
     #: offset just past the key/value section (where tensor infos start)
     kv_end: int = 0
-    #: key -> (the string array's bytes as stored: u64 length + UTF-8 each, count), for :data:`RAW_KEYS`
-    raw: dict[str, tuple[bytes, int]] = field(default_factory=dict, repr=False)
+    #: key -> the string array's bytes as stored, for :data:`RAW_KEYS`; an array :meth:`complete` left as its
+    #: bytes is here and not in ``kv`` (:meth:`strings` decodes it)
+    raw: dict[str, RawStrings] = field(default_factory=dict, repr=False)
+    #: key -> (value type, offset of the value) of the arrays a read with ``defer`` walked over, not in ``kv``
+    #: until :meth:`complete`
+    deferred: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    #: (size, mtime in ns) of the file as it was read: :meth:`complete` decodes at the offsets found only
+    #: in the same file
+    stamp: tuple[int, int] = (0, 0)
+
+    def strings(self, key: str) -> list[str] | None:
+        """The string array ``key``: from ``kv``, or decoded now from the bytes :meth:`complete` left."""
+        value = self.kv.get(key)
+        if isinstance(value, list):
+            return value
+        raw = self.raw.get(key) if key not in self.kv else None
+        return raw.decode(key) if raw is not None else None
+
+    def string_count(self, key: str) -> int | None:
+        """How many strings the array ``key`` holds, decoded or not (None: no such array)."""
+        value = self.kv.get(key)
+        if isinstance(value, list):
+            return len(value)
+        raw = self.raw.get(key) if key not in self.kv else None
+        return raw.n_strings if raw is not None else None
+
+    def complete(self, leave_raw: Container[str] = ()) -> None:
+        """Decode the arrays the read deferred (no-op when none): the same checks, the same errors.
+
+        A string array named in ``leave_raw`` is checked (lengths and UTF-8) and kept as its bytes in
+        ``raw``, not decoded into ``kv`` (with the C accelerator; without it, it is decoded): Qwen's
+        151,387 merges are 14 MiB as Python strings, and the C merge table reads the bytes.
+
+        Why deferred: the chat reads the header for its facts (preset, context length, the engine's
+        load request) before anything else, and Qwen's 151,936 tokens and as many merges took 60 ms of
+        that read, on the way to the engine's start (docs/engine.md, "Figures behind the code's choices").
+        A file changed since it was read is read again whole, as it is now."""
+        if not self.deferred:
+            return
+        with open(self.path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if (st.st_size, st.st_mtime_ns) != self.stamp:
+                fresh = read_gguf(self.path)
+                self.version, self.tensor_count, self.kv_end = fresh.version, fresh.tensor_count, fresh.kv_end
+                self.kv.clear()
+                self.kv.update(fresh.kv)  # in place: a ModelMeta holds this very dict
+                self.types, self.raw, self.stamp = fresh.types, fresh.raw, fresh.stamp
+                self.deferred.clear()
+                return
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                r = _Reader(mm, st.st_size)
+                for key, (vtype, offset) in self.deferred.items():
+                    r.off = offset
+                    if key in leave_raw and self.types[key] == "array[string]" and r.c_strings is not None:
+                        _, _, count = r.array_header(key, 0)
+                        start = r.off
+                        checked = r.c_strings(mm, start, count, 2)
+                        # all strings together within the per-string limit: none of them can break it
+                        if checked is not None and checked[0] - start - 8 * count <= MAX_STRING_LEN:
+                            self.raw[key] = RawStrings(bytes(mm[start:checked[0]]), count)
+                            continue
+                        r.off = offset  # something is wrong: the whole decode below names it
+                    self.kv[key] = r.value(vtype, key)
+                    if key in RAW_KEYS and self.types[key] == "array[string]":
+                        start, end = r.last_strings
+                        self.raw[key] = RawStrings(bytes(mm[start:end]), len(self.kv[key]))
+        self.deferred.clear()
 
 
 class _Reader:
@@ -338,11 +421,14 @@ if struct.pack("=I", 1) != struct.pack("<I", 1):  # pragma: no cover - big-endia
     raise ImportError("tokenizer.gguf reads little-endian files on little-endian hosts only")
 
 
-def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Container[str] | None = None) -> GGUFFile:
+def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Container[str] | None = None,
+               defer: Container[str] = ()) -> GGUFFile:
     """Parse the header and key/values of a GGUF image held in ``buf``.
 
     With ``keys``, only those values are built; the others are walked over
-    (still bounds-checked) and appear in ``types`` but not in ``kv``.
+    (still bounds-checked) and appear in ``types`` but not in ``kv``.  Arrays
+    named in ``defer`` are walked over too and noted in ``deferred``, for
+    :meth:`GGUFFile.complete` to decode.
     """
     r = _Reader(buf, size)
     r.need(4, "magic")
@@ -380,11 +466,14 @@ def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Contain
             tname = f"array[{TYPE_NAMES.get(etype, str(etype))}]"
         else:
             tname = TYPE_NAMES[vtype]
-        if keys is None or key in keys:
+        if vtype == T_ARRAY and key in defer and (keys is None or key in keys):
+            out.deferred[key] = (vtype, r.off)
+            r.skip(vtype, key)
+        elif keys is None or key in keys:
             out.kv[key] = r.value(vtype, key)
             if key in RAW_KEYS and tname == "array[string]":
                 start, end = r.last_strings
-                out.raw[key] = (bytes(buf[start:end]), len(out.kv[key]))
+                out.raw[key] = RawStrings(bytes(buf[start:end]), len(out.kv[key]))
         else:
             r.skip(vtype, key)
         out.types[key] = tname
@@ -400,17 +489,23 @@ def _c_strings() -> Any:
     return getattr(accel, "gguf_strings", None)
 
 
-def read_gguf(path: str | os.PathLike[str], keys: Container[str] | None = None) -> GGUFFile:
-    """Read the header and all key/values (or only ``keys``) of the GGUF file at ``path``.
+def read_gguf(path: str | os.PathLike[str], keys: Container[str] | None = None,
+              defer: Container[str] = ()) -> GGUFFile:
+    """Read the header and all key/values (or only ``keys``) of the GGUF file at ``path``; the arrays named
+    in ``defer`` are checked and left for :meth:`GGUFFile.complete`.
 
     Raises :class:`GGUFError` (offset + problem) for anything malformed and
     ``FileNotFoundError``/``IsADirectoryError`` for a path that is not a file.
     """
     p = Path(path)
     with open(p, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+        st = os.fstat(fh.fileno())
+        size = st.st_size
         if size < 24:
             data = fh.read()
-            return parse_gguf(data, len(data), p, keys)
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return parse_gguf(mm, size, p, keys)
+            found = parse_gguf(data, len(data), p, keys, defer)
+        else:
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                found = parse_gguf(mm, size, p, keys, defer)
+    found.stamp = (st.st_size, st.st_mtime_ns)
+    return found

@@ -35,6 +35,7 @@ from tokenizer.gguf import MAX_MERGES, MAX_VOCAB, GGUFFile
 
 # GGUF token type -> llama.cpp attribute (LLAMA_TOKEN_TYPE_* -> LLAMA_TOKEN_ATTR_*)
 _TYPE_ATTR = {1: ATTR_NORMAL, 2: ATTR_UNKNOWN, 3: ATTR_CONTROL, 4: ATTR_USER_DEFINED, 5: ATTR_UNUSED, 6: ATTR_BYTE}
+MERGES = "tokenizer.ggml.merges"
 #: the big arrays kept out of ``Tokenizer.metadata``
 BIG_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
             "tokenizer.ggml.merges", "tokenizer.ggml.precompiled_charsmap")
@@ -91,6 +92,9 @@ def _array(kv: dict[str, Any], types: dict[str, str], key: str, want: tuple[str,
 
 def read_vocab(g: GGUFFile) -> dict[str, Any]:
     """Tokens, attributes, scores, special ids and flags, as llama.cpp's loader leaves them."""
+    # a header read for its facts left the arrays undecoded; the merges stay bytes for the C merge table
+    # (GGUFFile.strings decodes them for whatever else needs them)
+    g.complete(leave_raw=(MERGES,))
     kv, types = g.kv, g.types
     model = kv.get("tokenizer.ggml.model")
     if not isinstance(model, str):
@@ -104,9 +108,9 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     n = len(tokens)
     if n > MAX_VOCAB:
         raise TokenizerError(f"{g.path.name}: {n} tokens, over the limit of {MAX_VOCAB} (tokenizer.gguf)")
-    merges = kv.get("tokenizer.ggml.merges")
-    if isinstance(merges, list) and len(merges) > MAX_MERGES:
-        raise TokenizerError(f"{g.path.name}: {len(merges)} merges, over the limit of {MAX_MERGES} (tokenizer.gguf)")
+    n_merges = g.string_count(MERGES) if types.get(MERGES) == "array[string]" else None
+    if n_merges is not None and n_merges > MAX_MERGES:
+        raise TokenizerError(f"{g.path.name}: {n_merges} merges, over the limit of {MAX_MERGES} (tokenizer.gguf)")
     if "" in tokens:
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _array(kv, types, "tokenizer.ggml.scores", ("array[float32]", "array[int32]"), n)

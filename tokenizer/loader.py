@@ -20,7 +20,7 @@ from tokenizer.core import (
 )
 from tokenizer.errors import TokenizerError
 from tokenizer.gguf import GGUFFile, read_gguf
-from tokenizer.gguf_vocab import ids_with, metadata_without_arrays, parse_merges, read_vocab
+from tokenizer.gguf_vocab import MERGES, ids_with, metadata_without_arrays, parse_merges, read_vocab
 from tokenizer.merger import fragment_encoder, make_merger
 from tokenizer.pretokenize import make_pretokenizer, resolve_pre
 from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
@@ -81,7 +81,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
         kind, pre, encode_fragment, render = "spm", None, *_spm_parts(v)
     elif model == "gpt2":
         pre = v["pre"] or None
-        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g.kv.get("tokenizer.ggml.merges"), caches, g.raw)
+        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g, caches)
     elif model in ("bert", "t5"):
         from tokenizer.merge_free import gguf_parts
 
@@ -89,7 +89,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
         encode_fragment, render = gguf_parts(model, v, g.kv, caches)
     else:  # gemma4: BPE over raw UTF-8 with ▁ for spaces
         kind, pre = "bpe", "gemma4"
-        encode_fragment, render = _gemma4_parts(v, g.kv.get("tokenizer.ggml.merges"), caches)
+        encode_fragment, render = _gemma4_parts(v, g.strings(MERGES), caches)
     special = v["special"]
     template = g.kv.get("tokenizer.chat_template")
     return Tokenizer(
@@ -115,7 +115,7 @@ def _check_merges(merges: object) -> list[str]:
     return merges
 
 
-def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | None = None) -> _Parts:
+def _bpe_parts(v: dict, g: GGUFFile, caches: list[PieceCache]) -> _Parts:
     pre_type, ignore_merges = resolve_pre(v["pre"])
     pretok = make_pretokenizer(pre_type)
     ids = v["ids"]
@@ -125,10 +125,19 @@ def _bpe_parts(v: dict, merges: object, caches: list[PieceCache], raw: dict | No
         found = (ids.get(chr(b)) for b in part.encode("utf-8") if b < 0x80)
         return [t for t in found if t is not None]
 
-    merges = _check_merges(merges)
+    if g.types.get(MERGES) != "array[string]":
+        raise TokenizerError("BPE vocabulary has no tokenizer.ggml.merges string array")
+    decoded: list[list[str]] = []
+
+    def merges() -> list[str]:
+        """The merge strings, decoded once when something asks (the C table is built from their bytes)."""
+        if not decoded:
+            decoded.append(_check_merges(g.strings(MERGES)))
+        return decoded[0]
+
     # the rank dict serves only the pure-Python merge (no accelerator, or pieces it leaves to Python)
-    bpe = BPEModel(ids, lambda: parse_merges(merges), to_byte_chars, unknown, ignore_merges=ignore_merges,
-                   merger=lambda: make_merger(merges, ids, first_wins=True, raw=raw))
+    bpe = BPEModel(ids, lambda: parse_merges(merges()), to_byte_chars, unknown, ignore_merges=ignore_merges,
+                   merger=lambda: make_merger(merges, ids, first_wins=True, raw=g.raw))
     caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
     # split and merged in C when the splitter is C's (ignore_merges: a piece that is a token is that token)

@@ -16,24 +16,29 @@ from tokenizer.core import PieceCache
 def make_merger(merges: object, ids: dict[str, int], first_wins: bool, raw: dict | None = None):
     """The C accelerator's id-based merger, or None (not built, or merges it cannot express).
 
+    ``merges``: the merge strings, or a function that decodes them (a GGUF's
+    merges may be held as their bytes only, :class:`tokenizer.gguf.RawStrings`).
     ``raw``: the GGUF's stored token and merge arrays (``GGUFFile.raw``); the
     table is then built from their bytes in C (about 20x faster than from the
     Python strings), falling back to the strings where the bytes cannot say
     the same (an empty token, which the vocabulary renames).
     """
     accel = accel_module()
-    if accel is None or not isinstance(merges, list):
+    if accel is None:
         return None
     tokens_raw = (raw or {}).get("tokenizer.ggml.tokens")
     merges_raw = (raw or {}).get("tokenizer.ggml.merges")
     build = getattr(accel, "merger_from_gguf", None)
-    if build is not None and tokens_raw is not None and merges_raw is not None and merges_raw[1] == len(merges):
+    if (build is not None and tokens_raw is not None and merges_raw is not None
+            and (callable(merges) or isinstance(merges, list) and merges_raw[1] == len(merges))):
         try:
             return build(*tokens_raw, *merges_raw, BYTE_TO_CHAR, first_wins)
         except (ValueError, TypeError):
-            # the string-based constructor decides, exactly as without the raw arrays
-            return _merger_from_strings(accel, merges, ids, first_wins)
-    return _merger_from_strings(accel, merges, ids, first_wins)
+            pass  # the string-based constructor decides, exactly as without the raw arrays
+    strings = merges() if callable(merges) else merges
+    if not isinstance(strings, list):
+        return None
+    return _merger_from_strings(accel, strings, ids, first_wins)
 
 
 def _merger_from_strings(accel, merges: list, ids: dict[str, int], first_wins: bool):

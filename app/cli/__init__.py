@@ -83,3 +83,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a server's error text, a file's name: inert on a terminal (app.cli.terminal)
         print(shown(f"tokchat: {message}", sys.stderr), file=sys.stderr)
         return 2
+
+
+def run() -> None:
+    """The ``tokchat`` command (and ``python -m app``): :func:`main`, then the process ends.
+
+    It ends without the interpreter's teardown when nothing needs it: the
+    teardown frees every object one by one (the tokenizer's tables of a 150,000-id
+    vocabulary among them), which took 45 ms of a 1.3 s one-shot reply after its
+    last word was on the screen (docs/engine.md, "Figures behind the code's
+    choices").  What the teardown would do that reaches outside the process runs
+    first: the ``atexit`` functions (the engine workers' close, logging's flush)
+    and the flush of stdout and stderr.  While a thread that is not a daemon still
+    runs (a history write), the process ends the usual way, which waits for it."""
+    import atexit
+    import os
+    import threading
+
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            code = code or 0  # a reader that went away (tokchat ... | head): as sys.exit would, without a trace
+    os._exit(code)

@@ -149,8 +149,9 @@ def one_gguf(data: bytes) -> None:
 
 # ---- gguf_arrays ------------------------------------------------------------------------
 
-def _py_strings(buf: bytes, off: int, count: int, decode: bool) -> tuple | None:
-    """The Python twin of ``_accel.gguf_strings``: (end, strings or None), or None when malformed."""
+def _py_strings(buf: bytes, off: int, count: int, decode: int) -> tuple | None:
+    """The Python twin of ``_accel.gguf_strings``: (end, strings or None), or None when malformed
+    (``decode`` 2: the strings checked as a decode checks them, not returned)."""
     from tokenizer.gguf import _Reader
 
     r = _Reader(buf, len(buf))
@@ -159,7 +160,7 @@ def _py_strings(buf: bytes, off: int, count: int, decode: bool) -> tuple | None:
     try:
         if decode:
             strings = r.string_array(count, "fuzz")
-            return (r.off, strings)
+            return (r.off, strings if decode == 1 else None)
         r._walk_strings(count, "fuzz")
         return (r.off, None)
     except GGUFError:
@@ -179,7 +180,7 @@ def one_gguf_arrays(data: bytes) -> None:
     off = int.from_bytes(data[0:2], "little") % (len(data) + 2)
     count = int.from_bytes(data[2:4], "little")
     count = count if data[4] & 0x80 else count & 0xFF
-    decode, body = bool(data[4] & 1), data[5:]
+    decode, body = (data[4] & 3) % 3, data[5:]  # 0 walk, 1 decode, 2 check
     # 1. the string walker, over the raw bytes, at any offset and count
     c = accel.gguf_strings(body, off, count, decode)
     py = _py_strings(body, off, count, decode)

@@ -144,3 +144,58 @@ def test_token_ids_is_dict_of_zip_with_the_last_id_winning(qwen_path):
     tokens = read_gguf(qwen_path).kv["tokenizer.ggml.tokens"]
     assert _accel.token_ids(tokens) == dict(zip(tokens, range(len(tokens))))
     assert _accel.token_ids(["a", "b", "a", ""]) == {"a": 2, "b": 1, "": 3}
+
+
+def test_c_walker_checks_without_keeping():
+    """Mode 2 (an array left as its bytes): the same lengths and UTF-8 refused as a decode, nothing returned."""
+    data = b"xx" + _strings(b"a", "ünï".encode(), b"", b"x" * 300)
+    assert _accel.gguf_strings(data, 2, 4, 2) == (len(data), None)
+    assert _accel.gguf_strings(_strings(b"ok", b"\xff\xfe"), 0, 2, 2) is None  # not UTF-8
+    assert _accel.gguf_strings(_strings(b"\xed\xa0\x80"), 0, 1, 2) is None  # a lone surrogate
+    assert _accel.gguf_strings(data, 2, 5, 2) is None  # one more than there is
+
+
+def test_a_header_read_for_its_facts_keeps_the_merges_as_bytes(bpe_path):
+    """The chat's path (a deferred header, then the tokenizer): the merges are never Python strings, the
+    ids are those of the whole read, and the strings are there for whoever asks."""
+    from tokenizer.gguf import VOCAB_ARRAYS
+
+    whole = read_gguf(bpe_path)
+    facts = read_gguf(bpe_path, defer=VOCAB_ARRAYS)
+    fast = load_gguf_tokenizer(bpe_path, facts)
+    assert "tokenizer.ggml.merges" not in facts.kv and facts.raw == whole.raw
+    slow = load_gguf_tokenizer(bpe_path, whole)
+    text = "Hello, wörld! 日本語のテキスト 🙂 def f(x):\n    return x ** 2  # café"
+    assert fast.encode(text) == slow.encode(text)
+    assert facts.strings("tokenizer.ggml.merges") == whole.kv["tokenizer.ggml.merges"]
+    assert facts.string_count("tokenizer.ggml.merges") == len(whole.kv["tokenizer.ggml.merges"])
+
+
+def test_bad_utf8_in_merges_left_as_bytes_still_fails_the_load(tmp_path):
+    """Left as bytes, a merge that is not UTF-8 still stops the load with the reader's own words."""
+    from tokenizer import load_tokenizer
+    from tokenizer.gguf import VOCAB_ARRAYS
+
+    kvs = [("tokenizer.ggml.model", "string", "gpt2"), ("tokenizer.ggml.tokens", "array:string", ["a", "b", "ab"]),
+           ("tokenizer.ggml.merges", "array:string", ["a b", b"\xc3(".decode("latin-1")])]
+    data = bytearray(build_gguf(kvs))
+    bad = data.index("Ã(".encode("utf-8"))
+    data[bad : bad + 3] = b"\xc3(" + b" "
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(bytes(data))
+    for header in (None, read_gguf(path, defer=VOCAB_ARRAYS)):
+        with pytest.raises(GGUFError, match=r"tokenizer.ggml.merges\[1\] is not valid UTF-8"):
+            load_tokenizer(path, gguf=header)
+
+
+def test_without_the_accelerator_the_merges_are_decoded(qwen_path, monkeypatch):
+    """No C merge table to read the bytes: the deferred merges become the strings the Python merge needs."""
+    from tokenizer.gguf import VOCAB_ARRAYS
+
+    text = "Hello, wörld! 日本語のテキスト 🙂 def f(x):"
+    with_c = load_gguf_tokenizer(qwen_path, read_gguf(qwen_path, defer=VOCAB_ARRAYS)).encode(text)
+    monkeypatch.setenv("TOKCHAT_NO_ACCEL", "1")
+    facts = read_gguf(qwen_path, defer=VOCAB_ARRAYS)
+    tok = load_gguf_tokenizer(qwen_path, facts)
+    assert facts.kv["tokenizer.ggml.merges"] == read_gguf(qwen_path).kv["tokenizer.ggml.merges"]
+    assert tok.encode(text) == with_c

@@ -194,3 +194,51 @@ def test_mutated_tokenizer_files_load_or_raise_tokenizer_error(tmp_path_factory,
     ids = tok.encode("ab a<|x|>", special=True)
     assert all(0 <= i < tok.vocab_size for i in ids)
     tok.decode(ids)
+
+
+def test_a_deferred_read_completes_to_the_whole_read(qwen_path):
+    """The chat's header read (``defer=VOCAB_ARRAYS``) leaves the vocabulary undecoded; completed, it is the
+    whole read: the same values, the same raw bytes the C merge table is built from."""
+    from tokenizer.gguf import VOCAB_ARRAYS
+
+    whole = read_gguf(qwen_path)
+    facts = read_gguf(qwen_path, defer=VOCAB_ARRAYS)
+    assert "tokenizer.ggml.tokens" not in facts.kv and "tokenizer.ggml.merges" not in facts.kv
+    assert facts.kv["tokenizer.ggml.model"] == "gpt2" and facts.types == whole.types
+    held = facts.kv
+    facts.complete()
+    assert facts.kv is held and facts.kv == whole.kv and facts.raw == whole.raw and not facts.deferred
+
+
+def test_a_deferred_array_fails_where_it_is_decoded(tmp_path):
+    """Bad UTF-8 inside a deferred array: the facts read, and completing raises the whole read's error."""
+    from tokenizer.gguf import VOCAB_ARRAYS
+
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(build_gguf([("tokenizer.ggml.model", "string", "gpt2"),
+                                 ("tokenizer.ggml.tokens", "array:string", ["ok", b"\xff\xfe"])]))
+    facts = read_gguf(path, defer=VOCAB_ARRAYS)
+    assert facts.kv == {"tokenizer.ggml.model": "gpt2"}
+    with pytest.raises(GGUFError) as raised:
+        facts.complete()
+    with pytest.raises(GGUFError) as whole:
+        read_gguf(path)
+    assert (raised.value.offset, raised.value.problem) == (whole.value.offset, whole.value.problem)
+    with pytest.raises(GGUFError):
+        load_tokenizer(path, gguf=read_gguf(path, defer=VOCAB_ARRAYS))
+
+
+def test_a_file_changed_after_the_deferred_read_is_read_again(tmp_path):
+    """Offsets found in one file are never used in another: a changed file is read whole, as it is now."""
+    import os
+
+    from tokenizer.gguf import VOCAB_ARRAYS
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(build_gguf([("tokenizer.ggml.tokens", "array:string", ["a", "b"])]))
+    facts = read_gguf(path, defer=VOCAB_ARRAYS)
+    path.write_bytes(build_gguf([("general.name", "string", "new"),
+                                 ("tokenizer.ggml.tokens", "array:string", ["longer", "tokens", "here"])]))
+    os.utime(path, ns=(facts.stamp[1] + 10**9, facts.stamp[1] + 10**9))
+    facts.complete()
+    assert facts.kv == {"general.name": "new", "tokenizer.ggml.tokens": ["longer", "tokens", "here"]}

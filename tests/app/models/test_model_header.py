@@ -33,9 +33,9 @@ def parses(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = tokenizer.gguf.parse_gguf
 
-    def counting(buf, size, path="<memory>", keys=None):
+    def counting(buf, size, path="<memory>", keys=None, defer=()):
         seen.append(str(path))
-        return real(buf, size, path, keys)
+        return real(buf, size, path, keys, defer)
 
     monkeypatch.setattr(tokenizer.gguf, "parse_gguf", counting)
     return seen
