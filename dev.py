@@ -31,8 +31,10 @@ sys.path.insert(0, str(ROOT))
 from backends.engine_build import took as _took  # noqa: E402  (standard library only, as is backends.pins)
 from backends.pins import BUNDLED_MODEL  # noqa: E402  (standard library only; every pin written once)
 def _stamp(extras: str) -> str:
-    # the tokenizer's C accelerator is compiled by the install: a changed source must rebuild it
-    sources = sorted((ROOT / "tokenizer").glob("_accel*.[ch]")) + [ROOT / "setup.py"]
+    # the C extensions (the tokenizer's accelerator, the engine's greedy pick) are compiled by the install:
+    # a changed source must rebuild them
+    sources = sorted((ROOT / "tokenizer").glob("_accel*.[ch]")) + [ROOT / "backends" / "_pick.c"]
+    sources.append(ROOT / "setup.py")
     text = (ROOT / "pyproject.toml").read_bytes() + extras.encode() + BUNDLED_MODEL.encode()
     text += b"".join(p.read_bytes() for p in sources if p.is_file())
     return hashlib.sha256(text).hexdigest()

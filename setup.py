@@ -52,5 +52,11 @@ def accel_extension() -> Extension:
     )
 
 
+def pick_extension() -> Extension:
+    """The engine's greedy pick (backends/_pick.c): llama.cpp's logits without NumPy in the engine process."""
+    return Extension("backends._pick", sources=["backends/_pick.c"], extra_compile_args=_COMPILE,
+                     extra_link_args=_LINK, optional=not _COMPILE)
+
+
 if __name__ == "__main__":  # setuptools' build backend runs this file as __main__ too
-    setup(ext_modules=[accel_extension()])
+    setup(ext_modules=[accel_extension(), pick_extension()])

@@ -10,7 +10,6 @@ physical core there.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import platform
 from pathlib import Path
@@ -55,6 +54,8 @@ def build_fingerprint() -> str:
     Two machines with the same fingerprint can share one engine build; a
     different fingerprint means a build from elsewhere may die of SIGILL here.
     """
+    import hashlib  # here: OpenSSL's libcrypto is 3 MiB of every process that imports hashlib
+
     flags = sorted(f for f in cpu_flags() if f.startswith(_BUILD_FLAG_PREFIXES))
     text = " ".join([platform.machine(), *flags])
     return hashlib.sha256(text.encode()).hexdigest()[:16]

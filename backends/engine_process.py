@@ -51,7 +51,7 @@ from backends.state_keeper import CLOSE_WAIT_S, KeepsState
 #: llama.cpp's load runs in C without the GIL)
 _WARM_MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "llama.cpp": (("backends.llama_cpp", "backends.llama_engine", "backends.llama_lib"),
-                  ("numpy", "backends.sampling", "backends.llama_sampler")),
+                  ("backends.penalty", "backends.llama_sampler", "backends._pick")),
 }
 
 

@@ -11,24 +11,28 @@ Per token, on the logits llama.cpp holds for the position (no copy):
 1. a constrained reply (:mod:`backends.constraint`) masks them in place:
    refused ids are -inf, so every step after it sees only ids the
    constraint allows;
-2. the repetition penalty (:class:`backends.sampling.RepetitionPenalty`) is
+2. the repetition penalty (:class:`backends.penalty.RepetitionPenalty`) is
    written onto the window's distinct ids only, and put back after the pick.
    llama.cpp's own penalties sampler gives the same logits bit for bit but
    looks every id of the vocabulary up in a hash map on every token (about
    0.6 ms on Qwen2.5's 151,936 ids on a 2.5 GHz Xeon, as long as a decode
    step of a small model takes a tenth of);
-3. greedy: the first id of the highest logit, NumPy's ``argmax``, which is
-   what llama.cpp's greedy sampler picks, without first copying the whole
-   vocabulary into llama.cpp's candidate array; otherwise llama.cpp's chain
-   (top-k, top-p, min-p, temperature, the seeded draw), built once per
+3. greedy: the first id of the highest logit (``backends._pick``, in C),
+   which is what llama.cpp's greedy sampler picks, without first copying the
+   whole vocabulary into llama.cpp's candidate array; otherwise llama.cpp's
+   chain (top-k, top-p, min-p, temperature, the seeded draw), built once per
    reply, as llama-server runs it after its penalties.
+
+The logits are reached through ctypes, not NumPy: the engine process does
+not import NumPy unless a constraint masks them (or ``backends._pick`` was
+not built, when NumPy's ``argmax`` picks).
 
 :func:`llama_chain` builds the chain llama-server runs, penalties included:
 the tests' oracle and the bench's "before".
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from backends.base import SamplingParams, penalty_window
 
@@ -74,15 +78,19 @@ class LlamaCppSampler:
 
     def __init__(self, sampling: SamplingParams, seed: int, n_vocab: int, n_ctx: int,
                  context: Sequence[int], constraint: ConstrainedReply | None = None) -> None:
-        import numpy as np
+        import ctypes
 
         from backends.llama_lib import llama_bindings
-        from backends.sampling import RepetitionPenalty
+        from backends.penalty import RepetitionPenalty
 
         llama_cpp = llama_bindings()
 
         self._lib = llama_cpp
-        self._np = np
+        self._void_p = ctypes.c_void_p
+        self._cast = ctypes.cast
+        #: one position's logits as a ctypes array over llama.cpp's own buffer (no copy)
+        self._row = ctypes.c_float * n_vocab
+        self._argmax = _argmax()
         #: the reply's constraint: it masks the logits before the pick and takes the id picked
         self.constraint = constraint
         if constraint is not None:  # a think block left free, the ids a continued reply holds taken first
@@ -93,7 +101,7 @@ class LlamaCppSampler:
         #: the window's penalty (None: off); the prompt's part of the window first, as llama-server feeds it
         self.penalty = (RepetitionPenalty(last_n, sampling.repeat_penalty, n_vocab,
                                           window=penalty_window(context, sampling)) if last_n else None)
-        #: llama.cpp's chain after the penalty (None when greedy: NumPy's argmax picks)
+        #: llama.cpp's chain after the penalty (None when greedy: the C argmax picks)
         self.chain = None if self.greedy else llama_chain(sampling, seed, n_vocab)
 
     def sample(self, ctx: Any, index: int = -1) -> int:
@@ -106,13 +114,14 @@ class LlamaCppSampler:
         constraint, penalty = self.constraint, self.penalty
         if constraint is None and penalty is None and not self.greedy:
             return int(self._lib.llama_sampler_sample(self.chain, ctx, index))
-        # the context's own logits for that position: the chain reads them there
-        logits = self._np.ctypeslib.as_array(self._lib.llama_get_logits_ith(ctx, index), shape=(self._n_vocab,))
+        # the context's own logits for that position: the chain and the argmax read them there
+        address: int = self._cast(self._lib.llama_get_logits_ith(ctx, index), self._void_p).value or 0
+        logits = self._row.from_address(address)
         if constraint is not None:
-            constraint.mask_logits(logits)
+            constraint.mask_logits(_numpy_view(logits))
         saved = penalty.apply(logits) if penalty is not None else None
         if self.greedy:
-            token = int(logits.argmax())
+            token = self._argmax(address, self._n_vocab)
         else:
             token = int(self._lib.llama_sampler_sample(self.chain, ctx, index))
         if penalty is not None and saved is not None:
@@ -126,3 +135,27 @@ class LlamaCppSampler:
         if self.chain is not None:
             self._lib.llama_sampler_free(self.chain)
             self.chain = None
+
+
+def _argmax() -> Callable[[int, int], int]:
+    """The greedy pick over ``n`` float32 logits at an address: ``backends._pick`` (C), else NumPy's argmax."""
+    try:
+        from backends._pick import argmax_f32  # type: ignore[import-not-found]  # built by setup.py
+
+        return argmax_f32  # type: ignore[no-any-return]
+    except ImportError:
+        import ctypes
+
+        import numpy as np
+
+        def numpy_argmax(address: int, n: int) -> int:
+            return int(np.ctypeslib.as_array((ctypes.c_float * n).from_address(address)).argmax())
+
+        return numpy_argmax
+
+
+def _numpy_view(logits: Any) -> Any:
+    """A NumPy array over the same buffer as the ctypes array ``logits`` (for a constraint's mask)."""
+    import numpy as np
+
+    return np.ctypeslib.as_array(logits)

@@ -48,7 +48,6 @@ Not handled: llama-server slots, several sequences.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import struct
@@ -57,9 +56,12 @@ import time
 from array import array
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from backends.base import common_prefix_length
+
+if TYPE_CHECKING:
+    import hashlib
 
 MAGIC = b"TOKCHAT-KV\n"
 FORMAT = 1
@@ -72,6 +74,14 @@ _STALE_TMP_S = 3600.0
 _HEAD_BYTES = 1 << 20
 _SAMPLES = 64
 _SAMPLE_BYTES = 16 << 10
+
+
+def _sha256(data: bytes | bytearray | memoryview = b"") -> hashlib._Hash:
+    """``hashlib.sha256(data)``, imported when a state is keyed or checked: OpenSSL's libcrypto is 3 MiB of
+    every process that imports hashlib, and the chat's process imports this module for its paths only."""
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 class StateRefused(Exception):
@@ -98,9 +108,9 @@ def model_identity(path: Path) -> str:
         if not files:
             raise FileNotFoundError(f"no config.json or .safetensors file in {path}")
         joined = "\0".join(f"{p.name}={model_identity(p)}" for p in files)
-        return hashlib.sha256(joined.encode()).hexdigest()[:32]
+        return _sha256(joined.encode()).hexdigest()[:32]
     size = os.stat(path).st_size
-    digest = hashlib.sha256(f"{size}".encode())
+    digest = _sha256(f"{size}".encode())
     with open(path, "rb") as fh:
         digest.update(fh.read(_HEAD_BYTES))
         rest = size - _HEAD_BYTES
@@ -144,7 +154,7 @@ class StateKey:
     layout: str
 
     def digest(self) -> str:
-        return hashlib.sha256(f"{self.model}\0{self.build}\0{self.layout}".encode()).hexdigest()[:24]
+        return _sha256(f"{self.model}\0{self.build}\0{self.layout}".encode()).hexdigest()[:24]
 
     def difference(self, other: "StateKey") -> str:
         """Why a file saved under ``other`` does not fit this key ("" if it does)."""
@@ -158,7 +168,7 @@ class StateKey:
 
 
 def ids_digest(ids: Sequence[int]) -> str:
-    return hashlib.sha256(_id_bytes(ids)).hexdigest()[:32]
+    return _sha256(_id_bytes(ids)).hexdigest()[:32]
 
 
 def _id_bytes(ids: Sequence[int]) -> bytes:
@@ -204,14 +214,14 @@ def read_saved(path: Path) -> SavedState:
             header_bytes = fh.read(header_len)
             if len(header_bytes) < header_len:
                 raise StateRefused("truncated")
-            if hashlib.sha256(header_bytes).digest() != header_sha:
+            if _sha256(header_bytes).digest() != header_sha:
                 raise StateRefused("corrupt header (checksum)")
             header = json.loads(header_bytes)
             n_ids = int(header["n_ids"])
             id_bytes = fh.read(4 * n_ids)
             if len(id_bytes) < 4 * n_ids:
                 raise StateRefused("truncated")
-            if hashlib.sha256(id_bytes).hexdigest() != header["ids_sha256"]:
+            if _sha256(id_bytes).hexdigest() != header["ids_sha256"]:
                 raise StateRefused("corrupt ids (checksum)")
             size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
@@ -289,7 +299,7 @@ class StateCache:
         if got != saved.payload_bytes:
             _remove(saved.path)
             raise StateRefused("truncated")
-        if hashlib.sha256(data).hexdigest() != saved.payload_sha256:
+        if _sha256(data).hexdigest() != saved.payload_sha256:
             _remove(saved.path)
             raise StateRefused("corrupt state (checksum)")
         # a read-only cache still serves; its order of use is then its order of writing
@@ -310,15 +320,15 @@ class StateCache:
         id_bytes = _id_bytes(ids)
         header = json.dumps({
             "key": asdict(key), "model_name": model_name, "n_ids": len(ids), "created": time.time(),
-            "ids_sha256": hashlib.sha256(id_bytes).hexdigest(),
-            "payload_bytes": len(payload), "payload_sha256": hashlib.sha256(payload).hexdigest(),
+            "ids_sha256": _sha256(id_bytes).hexdigest(),
+            "payload_bytes": len(payload), "payload_sha256": _sha256(payload).hexdigest(),
         }, separators=(",", ":")).encode()
         name = f"{len(ids)}-{ids_digest(ids)}{SUFFIX}"
         path = folder / name
         tmp = folder / f".{name}.{os.getpid()}.tmp"
         try:
             with open(tmp, "wb") as fh:
-                fh.write(MAGIC + _PREFIX.pack(FORMAT, len(header), hashlib.sha256(header).digest()))
+                fh.write(MAGIC + _PREFIX.pack(FORMAT, len(header), _sha256(header).digest()))
                 fh.write(header)
                 fh.write(id_bytes)
                 fh.write(payload)

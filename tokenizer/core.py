@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tokenizer.errors import TokenizerError
 from tokenizer.stream import StreamDecoder
@@ -68,7 +68,7 @@ class TokenizerParts:
     eog_ids: frozenset[int] = frozenset()
     chat_template: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    token_to_id: dict[str, int] | None = None
+    token_to_id: Mapping[str, int] | None = None
     source: str = ""
     #: the per-piece caches the model keeps (cleared by ``Tokenizer.clear_cache``)
     caches: list[PieceCache] = field(default_factory=list)

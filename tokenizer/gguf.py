@@ -129,35 +129,29 @@ class GGUFFile:
     #: in the same file
     stamp: tuple[int, int] = (0, 0)
 
-    def strings(self, key: str) -> list[str] | None:
-        """The string array ``key``: from ``kv``, or decoded now from the bytes :meth:`complete` left."""
-        value = self.kv.get(key)
-        if isinstance(value, list):
-            return value
-        raw = self.raw.get(key) if key not in self.kv else None
-        return raw.decode(key) if raw is not None else None
-
-    def string_count(self, key: str) -> int | None:
-        """How many strings the array ``key`` holds, decoded or not (None: no such array)."""
-        value = self.kv.get(key)
-        if isinstance(value, list):
-            return len(value)
-        raw = self.raw.get(key) if key not in self.kv else None
-        return raw.n_strings if raw is not None else None
-
-    def complete(self, leave_raw: Container[str] = ()) -> None:
-        """Decode the arrays the read deferred (no-op when none): the same checks, the same errors.
-
-        A string array named in ``leave_raw`` is checked (lengths and UTF-8) and kept as its bytes in
-        ``raw``, not decoded into ``kv`` (with the C accelerator; without it, it is decoded): Qwen's
-        151,387 merges are 14 MiB as Python strings, and the C merge table reads the bytes.
+    def complete(self) -> None:
+        """Decode the arrays the read deferred into ``kv`` and ``raw`` (no-op when none): the whole read.
 
         Why deferred: the chat reads the header for its facts (preset, context length, the engine's
         load request) before anything else, and Qwen's 151,936 tokens and as many merges took 60 ms of
         that read, on the way to the engine's start (docs/engine.md, "Figures behind the code's choices").
-        A file changed since it was read is read again whole, as it is now."""
+        The tokenizer takes them with :meth:`vocab_arrays` instead, which leaves this header as it is."""
+        arrays = self.vocab_arrays()
+        self.kv.update(arrays.kv)  # in place: a ModelMeta holds this very dict
+        self.raw.update(arrays.raw)
+        self.deferred = {}
+
+    def vocab_arrays(self, leave_raw: Container[str] = ()) -> VocabArrays:
+        """The arrays the read deferred, decoded (the same checks, the same errors), handed over rather than
+        kept: the header of a chat lives as long as the chat, the tokenizer keeps only what it uses.
+
+        A string array named in ``leave_raw`` is checked (lengths and UTF-8) and handed over as its bytes
+        only (with the C accelerator; without it, it is decoded): Qwen's 151,387 merges are 14 MiB as
+        Python strings, and the C merge table reads the bytes.  A file changed since it was read is read
+        again whole, as it is now, and this header with it."""
+        out = VocabArrays({}, {})
         if not self.deferred:
-            return
+            return out
         with open(self.path, "rb") as fh:
             st = os.fstat(fh.fileno())
             if (st.st_size, st.st_mtime_ns) != self.stamp:
@@ -166,8 +160,8 @@ class GGUFFile:
                 self.kv.clear()
                 self.kv.update(fresh.kv)  # in place: a ModelMeta holds this very dict
                 self.types, self.raw, self.stamp = fresh.types, fresh.raw, fresh.stamp
-                self.deferred.clear()
-                return
+                self.deferred = {}
+                return out
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 r = _Reader(mm, st.st_size)
                 for key, (vtype, offset) in self.deferred.items():
@@ -178,14 +172,24 @@ class GGUFFile:
                         checked = r.c_strings(mm, start, count, 2)
                         # all strings together within the per-string limit: none of them can break it
                         if checked is not None and checked[0] - start - 8 * count <= MAX_STRING_LEN:
-                            self.raw[key] = RawStrings(bytes(mm[start:checked[0]]), count)
+                            out.raw[key] = RawStrings(bytes(mm[start:checked[0]]), count)
                             continue
                         r.off = offset  # something is wrong: the whole decode below names it
-                    self.kv[key] = r.value(vtype, key)
+                    out.kv[key] = r.value(vtype, key)
                     if key in RAW_KEYS and self.types[key] == "array[string]":
                         start, end = r.last_strings
-                        self.raw[key] = RawStrings(bytes(mm[start:end]), len(self.kv[key]))
-        self.deferred.clear()
+                        out.raw[key] = RawStrings(bytes(mm[start:end]), len(out.kv[key]))
+        return out
+
+
+@dataclass
+class VocabArrays:
+    """The vocabulary's arrays decoded from a header read for its facts (:meth:`GGUFFile.vocab_arrays`)."""
+
+    #: key -> value, as ``GGUFFile.kv`` would hold it
+    kv: dict[str, Any]
+    #: key -> the array's bytes: :data:`RAW_KEYS` beside their ``kv`` entry, an array left as bytes instead of one
+    raw: dict[str, RawStrings]
 
 
 class _Reader:

@@ -23,6 +23,7 @@ two alternative spellings of one FIM role.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from itertools import compress, repeat
 from typing import Any
 
@@ -91,11 +92,14 @@ def _array(kv: dict[str, Any], types: dict[str, str], key: str, want: tuple[str,
 
 
 def read_vocab(g: GGUFFile) -> dict[str, Any]:
-    """Tokens, attributes, scores, special ids and flags, as llama.cpp's loader leaves them."""
-    # a header read for its facts left the arrays undecoded; the merges stay bytes for the C merge table
-    # (GGUFFile.strings decodes them for whatever else needs them)
-    g.complete(leave_raw=(MERGES,))
-    kv, types = g.kv, g.types
+    """Tokens, attributes, scores, special ids and flags, as llama.cpp's loader leaves them; ``kv`` (the header's
+    key/values with the vocabulary's arrays), ``raw`` (:class:`tokenizer.gguf.RawStrings` by key) and
+    ``merges`` (the merge strings, None when they were left as bytes in ``raw``)."""
+    # a header read for its facts left the arrays undecoded: decoded here, they are this vocabulary's and not
+    # the header's (which lives as long as the chat); the merges stay bytes for the C merge table
+    arrays = g.vocab_arrays(leave_raw=(MERGES,))
+    kv, types = ({**g.kv, **arrays.kv} if arrays.kv else g.kv), g.types
+    raw = {**g.raw, **arrays.raw}
     model = kv.get("tokenizer.ggml.model")
     if not isinstance(model, str):
         raise TokenizerError(f"{g.path.name}: no tokenizer.ggml.model key; this GGUF has no tokenizer")
@@ -108,7 +112,8 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
     n = len(tokens)
     if n > MAX_VOCAB:
         raise TokenizerError(f"{g.path.name}: {n} tokens, over the limit of {MAX_VOCAB} (tokenizer.gguf)")
-    n_merges = g.string_count(MERGES) if types.get(MERGES) == "array[string]" else None
+    merges = kv.get(MERGES)
+    n_merges = len(merges) if isinstance(merges, list) else raw[MERGES].n_strings if MERGES in raw else None
     if n_merges is not None and n_merges > MAX_MERGES:
         raise TokenizerError(f"{g.path.name}: {n_merges} merges, over the limit of {MAX_MERGES} (tokenizer.gguf)")
     if "" in tokens:
@@ -181,6 +186,7 @@ def read_vocab(g: GGUFFile) -> dict[str, Any]:
         attrs[eog_texts["</s>"]] = ATTR_NORMAL
     _model_strip_flags(kv, pre, tokens, ids, attrs)
     return {
+        "kv": kv, "raw": raw, "merges": merges if isinstance(merges, list) else None,
         "model": model, "pre": pre, "tokens": tokens, "ids": ids, "attrs": attrs,
         "scores": scores, "special": special, "eog": frozenset(eog), "add_bos": add_bos,
         "add_eos": add_eos, "add_sep": add_sep,
@@ -209,6 +215,39 @@ def _model_strip_flags(kv: dict[str, Any], pre: Any, tokens: list[str], ids: dic
             attrs[tid] = attrs[tid] | ATTR_RSTRIP if on else attrs[tid] & ~ATTR_RSTRIP
     elif "modern-bert" in name and "[MASK]" in ids:
         attrs[ids["[MASK]"]] |= ATTR_LSTRIP
+
+
+class TokenIds(Mapping[str, int]):
+    """text -> id over a token list (:func:`token_ids`), built when first asked.
+
+    The byte-level BPE tokenizer with the C merge table looks a text up only on
+    its rare fallbacks (a piece the C path leaves to Python, ``token_to_id``),
+    and the dict is 9 MiB for Qwen's 151,936 tokens, int objects and all: most
+    of what the chat's process held beyond a bare script (docs/engine.md)."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self._tokens = tokens
+        self._built: dict[str, int] | None = None
+
+    def built(self) -> dict[str, int]:
+        if self._built is None:
+            self._built = token_ids(self._tokens)
+        return self._built
+
+    def __getitem__(self, text: str) -> int:
+        return self.built()[text]
+
+    def get(self, text: str, default: Any = None) -> Any:
+        return self.built().get(text, default)
+
+    def __contains__(self, text: object) -> bool:
+        return text in self.built()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.built())
+
+    def __len__(self) -> int:
+        return len(self.built())
 
 
 def token_ids(tokens: list[str]) -> dict[str, int]:

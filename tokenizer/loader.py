@@ -19,8 +19,8 @@ from tokenizer.core import (
     TokenizerParts,
 )
 from tokenizer.errors import TokenizerError
-from tokenizer.gguf import GGUFFile, read_gguf
-from tokenizer.gguf_vocab import MERGES, ids_with, metadata_without_arrays, parse_merges, read_vocab
+from tokenizer.gguf import RAW_KEYS, GGUFFile, read_gguf
+from tokenizer.gguf_vocab import MERGES, TokenIds, ids_with, metadata_without_arrays, parse_merges, read_vocab
 from tokenizer.merger import fragment_encoder, make_merger
 from tokenizer.pretokenize import make_pretokenizer, resolve_pre
 from tokenizer.specials import LlamaSpecialSplitter, SpecialToken
@@ -74,22 +74,22 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
     """A tokenizer that matches llama.cpp's for the GGUF file at ``path`` (its header: ``gguf``, if read)."""
     g = gguf if gguf is not None else read_gguf(path)
     v = read_vocab(g)
-    tokens, ids, attrs = v["tokens"], v["ids"], v["attrs"]
+    tokens, attrs = v["tokens"], v["attrs"]
     model = v["model"]
     caches: list[PieceCache] = []
     if model == "llama":
         kind, pre, encode_fragment, render = "spm", None, *_spm_parts(v)
     elif model == "gpt2":
         pre = v["pre"] or None
-        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g, caches)
+        kind, encode_fragment, render = "bpe", *_bpe_parts(v, g.types, caches)
     elif model in ("bert", "t5"):
         from tokenizer.merge_free import gguf_parts
 
         kind, pre = ("wpm" if model == "bert" else "ugm"), None
-        encode_fragment, render = gguf_parts(model, v, g.kv, caches)
+        encode_fragment, render = gguf_parts(model, v, v["kv"], caches)
     else:  # gemma4: BPE over raw UTF-8 with ▁ for spaces
         kind, pre = "bpe", "gemma4"
-        encode_fragment, render = _gemma4_parts(v, g.strings(MERGES), caches)
+        encode_fragment, render = _gemma4_parts(v, _merge_strings(v)(), caches)
     special = v["special"]
     template = g.kv.get("tokenizer.chat_template")
     return Tokenizer(
@@ -99,7 +99,7 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], gguf: GGUFFile | None = No
             bos_id=special["bos"], eos_id=special["eos"], add_bos=v["add_bos"], eog_ids=v["eog"],
             add_eos=v["add_eos"], add_sep=v["add_sep"], sep_id=special["sep"],
             chat_template=template if isinstance(template, str) else None,
-            metadata=metadata_without_arrays(g.kv), token_to_id=ids, source=str(path), caches=caches,
+            metadata=metadata_without_arrays(g.kv), token_to_id=v["ids"], source=str(path), caches=caches,
         )
     )
 
@@ -115,9 +115,27 @@ def _check_merges(merges: object) -> list[str]:
     return merges
 
 
-def _bpe_parts(v: dict, g: GGUFFile, caches: list[PieceCache]) -> _Parts:
+def _merge_strings(v: dict) -> Callable[[], list[str]]:
+    """The merge strings, decoded once when something asks (from ``v["raw"]`` when left as bytes); the function
+    holds the merges alone, not the vocabulary's other arrays."""
+    merges, stored = v["merges"], v["raw"].get(MERGES)
+    decoded: list[list[str]] = [merges] if merges is not None else []
+
+    def strings() -> list[str]:
+        if not decoded:
+            decoded.append(_check_merges(stored.decode(MERGES) if stored is not None else None))
+        return decoded[0]
+
+    return strings
+
+
+def _bpe_parts(v: dict, types: dict[str, str], caches: list[PieceCache]) -> _Parts:
+    """The byte-level BPE's parts; ``v["ids"]`` becomes a :class:`TokenIds` (the dict built when first asked)
+    unless the C encoder looks whole pieces up in it (``ignore_merges``)."""
     pre_type, ignore_merges = resolve_pre(v["pre"])
     pretok = make_pretokenizer(pre_type)
+    if not ignore_merges and pretok.c_mode is not None:
+        v["ids"] = TokenIds(v["tokens"])  # read_vocab's dict goes: only fallbacks look texts up
     ids = v["ids"]
 
     def unknown(part: str) -> list[int]:
@@ -125,19 +143,16 @@ def _bpe_parts(v: dict, g: GGUFFile, caches: list[PieceCache]) -> _Parts:
         found = (ids.get(chr(b)) for b in part.encode("utf-8") if b < 0x80)
         return [t for t in found if t is not None]
 
-    if g.types.get(MERGES) != "array[string]":
+    if types.get(MERGES) != "array[string]":
         raise TokenizerError("BPE vocabulary has no tokenizer.ggml.merges string array")
-    decoded: list[list[str]] = []
-
-    def merges() -> list[str]:
-        """The merge strings, decoded once when something asks (the C table is built from their bytes)."""
-        if not decoded:
-            decoded.append(_check_merges(g.strings(MERGES)))
-        return decoded[0]
-
+    if v["merges"] is not None:
+        _check_merges(v["merges"])
+    merges = _merge_strings(v)
+    # the token and merge arrays' bytes, for the C table: held until it is built (BPEModel drops the factory)
+    raw = {key: v["raw"][key] for key in RAW_KEYS if key in v["raw"]}
     # the rank dict serves only the pure-Python merge (no accelerator, or pieces it leaves to Python)
     bpe = BPEModel(ids, lambda: parse_merges(merges()), to_byte_chars, unknown, ignore_merges=ignore_merges,
-                   merger=lambda: make_merger(merges, ids, first_wins=True, raw=g.raw))
+                   merger=lambda: make_merger(merges, ids, first_wins=True, raw=raw))
     caches.append(bpe.cache)
     split, encode_pieces = pretok.split, bpe.encode_pieces
     # split and merged in C when the splitter is C's (ignore_merges: a piece that is a token is that token)

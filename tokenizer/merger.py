@@ -6,6 +6,7 @@ Shared by the two BPE loaders (GGUF in :mod:`tokenizer.loader`, ``tokenizer.json
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from tokenizer.accel import accel_module, flag_table
@@ -13,7 +14,7 @@ from tokenizer.bytelevel import BYTE_TO_CHAR
 from tokenizer.core import PieceCache
 
 
-def make_merger(merges: object, ids: dict[str, int], first_wins: bool, raw: dict | None = None):
+def make_merger(merges: object, ids: Mapping[str, int], first_wins: bool, raw: dict | None = None):
     """The C accelerator's id-based merger, or None (not built, or merges it cannot express).
 
     ``merges``: the merge strings, or a function that decodes them (a GGUF's
@@ -41,9 +42,9 @@ def make_merger(merges: object, ids: dict[str, int], first_wins: bool, raw: dict
     return _merger_from_strings(accel, strings, ids, first_wins)
 
 
-def _merger_from_strings(accel, merges: list, ids: dict[str, int], first_wins: bool):
+def _merger_from_strings(accel, merges: list, ids: Mapping[str, int], first_wins: bool):
     try:
-        return accel.Merger(merges, ids, BYTE_TO_CHAR, first_wins)
+        return accel.Merger(merges, ids if isinstance(ids, dict) else dict(ids), BYTE_TO_CHAR, first_wins)
     except (ValueError, TypeError):
         return None
 

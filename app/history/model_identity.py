@@ -19,7 +19,6 @@ does not store it) carry none and are resumed as before.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,8 @@ _PROBE = ("Hello, world! The year 2025 has 365 days; 1234567 + 89 = 1234656.\n"
 
 def vocabulary_fingerprint(tokenizer: Tokenizer) -> str:
     """``"<size>:<16 hex digits>"`` for ``tokenizer``'s vocabulary (see the module docstring)."""
+    import hashlib  # here: OpenSSL's libcrypto is 3 MiB of a one-shot reply's process
+
     size = int(tokenizer.vocab_size)
     digest = hashlib.sha256(str(size).encode())
     sampled = sorted(set(range(min(size, 256))) | set(range(0, size, 61)) | set(range(max(0, size - 512), size)))

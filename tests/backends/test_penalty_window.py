@@ -21,7 +21,7 @@ import pytest
 
 from backends.base import LoadOptions, SamplingParams, penalty_window
 from backends.llama_sampler import LlamaCppSampler
-from backends.sampling import RepetitionPenalty
+from backends.penalty import RepetitionPenalty
 
 VOCAB = 500
 

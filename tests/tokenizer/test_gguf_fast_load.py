@@ -156,19 +156,20 @@ def test_c_walker_checks_without_keeping():
 
 
 def test_a_header_read_for_its_facts_keeps_the_merges_as_bytes(bpe_path):
-    """The chat's path (a deferred header, then the tokenizer): the merges are never Python strings, the
-    ids are those of the whole read, and the strings are there for whoever asks."""
+    """The chat's path (a deferred header, then the tokenizer): the merges are never Python strings, the header
+    keeps none of the vocabulary's arrays (it lives as long as the chat), and the ids are the whole read's."""
     from tokenizer.gguf import VOCAB_ARRAYS
 
     whole = read_gguf(bpe_path)
     facts = read_gguf(bpe_path, defer=VOCAB_ARRAYS)
     fast = load_gguf_tokenizer(bpe_path, facts)
-    assert "tokenizer.ggml.merges" not in facts.kv and facts.raw == whole.raw
+    assert not set(VOCAB_ARRAYS) & set(facts.kv) and not facts.raw  # handed to the tokenizer, not kept here
     slow = load_gguf_tokenizer(bpe_path, whole)
     text = "Hello, wörld! 日本語のテキスト 🙂 def f(x):\n    return x ** 2  # café"
     assert fast.encode(text) == slow.encode(text)
-    assert facts.strings("tokenizer.ggml.merges") == whole.kv["tokenizer.ggml.merges"]
-    assert facts.string_count("tokenizer.ggml.merges") == len(whole.kv["tokenizer.ggml.merges"])
+    arrays = facts.vocab_arrays(leave_raw=("tokenizer.ggml.merges",))
+    assert "tokenizer.ggml.merges" not in arrays.kv and arrays.raw == whole.raw
+    assert arrays.raw["tokenizer.ggml.merges"].decode() == whole.kv["tokenizer.ggml.merges"]
 
 
 def test_bad_utf8_in_merges_left_as_bytes_still_fails_the_load(tmp_path):
@@ -196,6 +197,22 @@ def test_without_the_accelerator_the_merges_are_decoded(qwen_path, monkeypatch):
     with_c = load_gguf_tokenizer(qwen_path, read_gguf(qwen_path, defer=VOCAB_ARRAYS)).encode(text)
     monkeypatch.setenv("TOKCHAT_NO_ACCEL", "1")
     facts = read_gguf(qwen_path, defer=VOCAB_ARRAYS)
-    tok = load_gguf_tokenizer(qwen_path, facts)
-    assert facts.kv["tokenizer.ggml.merges"] == read_gguf(qwen_path).kv["tokenizer.ggml.merges"]
-    assert tok.encode(text) == with_c
+    arrays = facts.vocab_arrays(leave_raw=("tokenizer.ggml.merges",))
+    assert arrays.kv["tokenizer.ggml.merges"] == read_gguf(qwen_path).kv["tokenizer.ggml.merges"]
+    assert load_gguf_tokenizer(qwen_path, facts).encode(text) == with_c
+
+
+def test_the_text_to_id_dict_is_built_only_when_asked(qwen_path):
+    """With the C merge table, a byte-level BPE's text -> id dict (9 MiB for Qwen) waits for a lookup; the
+    lookups then answer as the whole dict does, duplicates' last id included."""
+    from tokenizer.gguf import VOCAB_ARRAYS
+    from tokenizer.gguf_vocab import TokenIds
+
+    tok = load_gguf_tokenizer(qwen_path, read_gguf(qwen_path, defer=VOCAB_ARRAYS))
+    text = "Hello, wörld! 日本語のテキスト 🙂 def f(x):\n    return x ** 2  # café"
+    ids = tok.encode(text)
+    lazy = tok._ids
+    assert isinstance(lazy, TokenIds) and lazy._built is None  # loaded and encoding: never built
+    whole = read_vocab(read_gguf(qwen_path))["ids"]
+    assert tok.encode(text) == ids and tok.token_to_id("Ġhello") == whole["Ġhello"]
+    assert lazy._built == whole and tok.token_to_id("no such token") is None
