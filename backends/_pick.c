@@ -16,6 +16,50 @@
 #include <Python.h>
 #include <stdint.h>
 
+#define BLOCK 64
+
+/* the highest of a block of BLOCK values: eight running maxima, independent lanes the compiler turns into
+ * vector max instructions */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* one copy per vector width, the widest the CPU has chosen at load time (GCC's function multiversioning) */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static float block_max(const float *x) {
+    float lane[8];
+    for (int k = 0; k < 8; k++) lane[k] = x[k];
+    for (int i = 8; i < BLOCK; i += 8)
+        for (int k = 0; k < 8; k++) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    float top = lane[0];
+    for (int k = 1; k < 8; k++) top = lane[k] > top ? lane[k] : top;
+    return top;
+}
+
+/* The first index of the highest value: the index llama.cpp's one-pass "greater than the best so far" scan
+ * ends on.  The blocks' maxima find the value and the block it first appears in (a scalar compare-and-keep
+ * per value took 190 us for 151,936 logits, the blocks 35 us, NumPy's argmax 10 to 20); that block is then
+ * scanned for it.  A NaN never compares greater, so it is skipped, except as the first value, which
+ * llama.cpp's scan keeps. */
+static Py_ssize_t first_max(const float *x, Py_ssize_t n) {
+    float top = x[0];
+    if (top != top) return 0;
+    Py_ssize_t from = 0, i = 0; /* the block where top was first seen */
+    for (; i + BLOCK <= n; i += BLOCK) {
+        float m = block_max(x + i);
+        if (m > top) {
+            top = m;
+            from = i;
+        }
+    }
+    for (Py_ssize_t j = i; j < n; j++)
+        if (x[j] > top) {
+            top = x[j];
+            from = j;
+        }
+    for (Py_ssize_t j = from; j < n; j++)
+        if (x[j] == top) return j;
+    return 0; /* not reached: top is one of the values */
+}
+
 static PyObject *py_argmax_f32(PyObject *self, PyObject *args) {
     unsigned long long address;
     Py_ssize_t n;
@@ -27,13 +71,7 @@ static PyObject *py_argmax_f32(PyObject *self, PyObject *args) {
     const float *x = (const float *)(uintptr_t)address;
     Py_ssize_t best = 0;
     Py_BEGIN_ALLOW_THREADS
-    float top = x[0];
-    for (Py_ssize_t i = 1; i < n; i++) {
-        if (x[i] > top) {
-            top = x[i];
-            best = i;
-        }
-    }
+    best = first_max(x, n);
     Py_END_ALLOW_THREADS
     return PyLong_FromSsize_t(best);
 }

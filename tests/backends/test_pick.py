@@ -36,3 +36,21 @@ def test_a_ctypes_buffer_and_bad_arguments():
         argmax_f32(0, 4)
     with pytest.raises(ValueError):
         argmax_f32(ctypes.addressof(row), 0)
+
+
+@pytest.mark.parametrize("n", [1, 7, 63, 64, 65, 129, 1000])
+@pytest.mark.parametrize("where", ["first", "middle", "last", "tied"])
+def test_every_length_and_place_of_the_highest(n, where):
+    """Block boundaries (64 values a block) and the tail after the last whole block."""
+    rng = np.random.default_rng(n)
+    logits = rng.standard_normal(n).astype(np.float32)
+    place = {"first": 0, "middle": n // 2, "last": n - 1, "tied": n // 3}[where]
+    logits[place] = 50.0
+    if where == "tied":
+        logits[n - 1] = 50.0
+    assert argmax_f32(*_at(logits)) == int(logits.argmax()) == place
+
+
+def test_signed_zeros_tie_as_llama_cpp_compares_them():
+    logits = np.array([-1.0, -0.0, 0.0, -2.0], dtype=np.float32)
+    assert argmax_f32(*_at(logits)) == 1  # 0.0 is not greater than -0.0: the first stays
