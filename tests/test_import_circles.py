@@ -34,6 +34,8 @@ def _imports(path: Path) -> set[str]:
             if node.module.split(".")[0] not in PACKAGES:
                 found.add(node.module)
                 continue
+            if ROOT.joinpath(*node.module.split(".")).with_suffix(".c").exists():
+                continue  # from a C extension (backends._pick): it imports nothing of ours
             for alias in node.names:
                 sub = ROOT.joinpath(*node.module.split("."), alias.name)
                 if sub.with_suffix(".py").exists() or (sub / "__init__.py").exists():

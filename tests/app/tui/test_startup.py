@@ -117,9 +117,9 @@ async def test_the_preset_and_header_are_read_in_the_load_thread_once(smollm_pat
     parses: list[str] = []
     real_parse = tokenizer.gguf.parse_gguf
 
-    def counting(buf, size, path="<memory>", keys=None):
+    def counting(buf, size, path="<memory>", keys=None, defer=()):
         parses.append(threading.current_thread().name)
-        return real_parse(buf, size, path, keys)
+        return real_parse(buf, size, path, keys, defer)
 
     monkeypatch.setattr(tokenizer.gguf, "parse_gguf", counting)
     args = build_parser().parse_args(["--model", str(smollm_path), "--ctx", "256"])
