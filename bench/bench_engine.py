@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -302,6 +303,8 @@ def main() -> int:
     parser.add_argument("--temperatures", default="0", help="decode at each, e.g. 0,0.8 (0 = greedy)")
     parser.add_argument("--seed", type=int, default=7, help="the seed both sides sample with")
     parser.add_argument("--speculative", default="auto", help="tokchat's speculative setting (its default: auto)")
+    parser.add_argument("--server-args", default="", help="more llama-server arguments for the decode rounds, "
+                                                           "e.g. '-np 1' (one slot: one KV stream, as tokchat's)")
     args = parser.parse_args()
     model = Path(args.model) if Path(args.model).exists() else asset_path(args.model)
     only = set(args.only.split(","))
@@ -317,7 +320,7 @@ def main() -> int:
         chat, long_prompt = bench_prompts(model, args.prompt_ids)
         rows = []
         with tempfile.TemporaryDirectory() as tmp:
-            server, url = start_server(model)
+            server, url = start_server(model, *shlex.split(args.server_args))
             backend = open_backend(model, LoadOptions(backend="cpu", log_path=Path(tmp) / "engine.log",
                                                       speculative=args.speculative))
             try:
@@ -351,7 +354,7 @@ def main() -> int:
         print(f"\nthreads: tokchat {llama_default_threads()} (llama.cpp's default), llama-server its default; "
               f"tokchat speculative {args.speculative}; sampling: {args.preset or 'no repetition penalty'}; "
               f"medians of {args.rounds} paired rounds")
-        print("| measure | tokchat | llama-server (defaults) | ratio |")
+        print(f"| measure | tokchat | llama-server ({args.server_args or 'defaults'}) | ratio |")
         print("|---|---:|---:|---:|")
         for sampling, ours_d, theirs_d, ours_p, theirs_p, same in rows:
             md, td = statistics.median(ours_d), statistics.median(theirs_d)
