@@ -102,8 +102,8 @@ def run() -> None:
 
     try:
         code = main()
-    except SystemExit as exc:  # argparse's --help and errors
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except SystemExit as exc:  # argparse's --help and errors: the status sys.exit would give
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
