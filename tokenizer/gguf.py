@@ -13,6 +13,11 @@ C merge table can be built from them without a Python string per merge.
 Whenever the C walk finds anything wrong, the Python walk below runs and
 reports it.
 
+A header read for its facts (``defer=VOCAB_ARRAYS``: a chat's first read,
+before its engine's load request) walks over the vocabulary's arrays,
+checked, and :meth:`GGUFFile.vocab_arrays` decodes them for the tokenizer,
+which keeps them; the merges may stay bytes there (:class:`RawStrings`).
+
 It is written for hostile input.  Every length and count is checked against
 the bytes that are actually left in the file *before* anything is allocated
 and against the limits stated once, below the type ids (``MAX_*``),
