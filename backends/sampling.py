@@ -12,7 +12,7 @@ the window's distinct ids only, is :class:`backends.penalty.RepetitionPenalty`
 (no NumPy: the llama.cpp backend applies it in the engine's process).
 
 Not handled: DRY, XTC, typical-p, mirostat (tokchat does not expose them);
-frequency/presence penalties only in :class:`RepetitionPenalty`.
+frequency/presence penalties only in :class:`backends.penalty.RepetitionPenalty`.
 """
 from __future__ import annotations
 
