@@ -70,7 +70,7 @@ def read_model_meta(path: Path | str) -> ModelMeta:
     from tokenizer.gguf import VOCAB_ARRAYS, read_gguf
 
     try:
-        gguf = read_gguf(path, defer=VOCAB_ARRAYS)  # decoded by the tokenizer's load (GGUFFile.complete)
+        gguf = read_gguf(path, defer=VOCAB_ARRAYS)  # decoded by the tokenizer's load (GGUFFile.vocab_arrays)
     except TokenizerError as exc:
         raise BackendError(f"{path.name} is not a readable GGUF model: {exc}") from exc
     kv = gguf.kv

@@ -86,7 +86,7 @@ TYPE_NAMES = {t: spec[0] for t, spec in _SCALARS.items()} | {T_STRING: "string",
 #: string arrays whose stored bytes are kept beside their decoded lists (the C merge table reads them)
 RAW_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
 #: the vocabulary's big arrays: a header read for its facts (``defer``) walks over them, checked, and
-#: :meth:`GGUFFile.complete` decodes them when the tokenizer is built
+#: :meth:`GGUFFile.vocab_arrays` decodes them when the tokenizer is built
 VOCAB_ARRAYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
                           "tokenizer.ggml.merges", "tokenizer.ggml.precompiled_charsmap"})
 
@@ -98,7 +98,7 @@ class RawStrings(NamedTuple):
     """A string array's bytes as stored (a u64 length, then UTF-8, for each of ``n_strings`` strings).
 
     Kept beside the decoded list for :data:`RAW_KEYS` (the C merge table is built from them), or
-    instead of it when :meth:`GGUFFile.complete` was told to leave an array as its bytes: then the
+    instead of it when :meth:`GGUFFile.vocab_arrays` was told to leave an array as its bytes: then the
     lengths and the UTF-8 were checked as a decode checks them, and :meth:`decode` gives the list."""
 
     data: bytes
@@ -124,31 +124,22 @@ class GGUFFile:
     types: dict[str, str] = field(default_factory=dict)
     #: offset just past the key/value section (where tensor infos start)
     kv_end: int = 0
-    #: key -> the string array's bytes as stored, for :data:`RAW_KEYS`; an array :meth:`complete` left as its
-    #: bytes is here and not in ``kv`` (:meth:`strings` decodes it)
+    #: key -> the string array's bytes as stored, for :data:`RAW_KEYS` (beside its list in ``kv``)
     raw: dict[str, RawStrings] = field(default_factory=dict, repr=False)
-    #: key -> (value type, offset of the value) of the arrays a read with ``defer`` walked over, not in ``kv``
-    #: until :meth:`complete`
+    #: key -> (value type, offset of the value) of the arrays a read with ``defer`` walked over (not in ``kv``:
+    #: :meth:`vocab_arrays` decodes them)
     deferred: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
-    #: (size, mtime in ns) of the file as it was read: :meth:`complete` decodes at the offsets found only
+    #: (size, mtime in ns) of the file as it was read: :meth:`vocab_arrays` decodes at the offsets found only
     #: in the same file
     stamp: tuple[int, int] = (0, 0)
-
-    def complete(self) -> None:
-        """Decode the arrays the read deferred into ``kv`` and ``raw`` (no-op when none): the whole read.
-
-        Why deferred: the chat reads the header for its facts (preset, context length, the engine's
-        load request) before anything else, and Qwen's 151,936 tokens and as many merges took 60 ms of
-        that read, on the way to the engine's start (docs/engine.md, "Figures behind the code's choices").
-        The tokenizer takes them with :meth:`vocab_arrays` instead, which leaves this header as it is."""
-        arrays = self.vocab_arrays()
-        self.kv.update(arrays.kv)  # in place: a ModelMeta holds this very dict
-        self.raw.update(arrays.raw)
-        self.deferred = {}
 
     def vocab_arrays(self, leave_raw: Container[str] = ()) -> VocabArrays:
         """The arrays the read deferred, decoded (the same checks, the same errors), handed over rather than
         kept: the header of a chat lives as long as the chat, the tokenizer keeps only what it uses.
+
+        Why deferred: the chat reads the header for its facts (preset, context length, the engine's
+        load request) before anything else, and Qwen's 151,936 tokens and as many merges took 60 ms of
+        that read, on the way to the engine's start (docs/engine.md, "Figures behind the code's choices").
 
         A string array named in ``leave_raw`` is checked (lengths and UTF-8) and handed over as its bytes
         only (with the C accelerator; without it, it is decoded): Qwen's 151,387 merges are 14 MiB as
@@ -437,7 +428,7 @@ def parse_gguf(buf: Any, size: int, path: Path | str = "<memory>", keys: Contain
     With ``keys``, only those values are built; the others are walked over
     (still bounds-checked) and appear in ``types`` but not in ``kv``.  Arrays
     named in ``defer`` are walked over too and noted in ``deferred``, for
-    :meth:`GGUFFile.complete` to decode.
+    :meth:`GGUFFile.vocab_arrays` to decode.
     """
     r = _Reader(buf, size)
     r.need(4, "magic")
@@ -501,7 +492,7 @@ def _c_strings() -> Any:
 def read_gguf(path: str | os.PathLike[str], keys: Container[str] | None = None,
               defer: Container[str] = ()) -> GGUFFile:
     """Read the header and all key/values (or only ``keys``) of the GGUF file at ``path``; the arrays named
-    in ``defer`` are checked and left for :meth:`GGUFFile.complete`.
+    in ``defer`` are checked and left for :meth:`GGUFFile.vocab_arrays`.
 
     Raises :class:`GGUFError` (offset + problem) for anything malformed and
     ``FileNotFoundError``/``IsADirectoryError`` for a path that is not a file.

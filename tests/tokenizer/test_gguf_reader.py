@@ -197,21 +197,23 @@ def test_mutated_tokenizer_files_load_or_raise_tokenizer_error(tmp_path_factory,
 
 
 def test_a_deferred_read_completes_to_the_whole_read(qwen_path):
-    """The chat's header read (``defer=VOCAB_ARRAYS``) leaves the vocabulary undecoded; completed, it is the
-    whole read: the same values, the same raw bytes the C merge table is built from."""
+    """The chat's header read (``defer=VOCAB_ARRAYS``) leaves the vocabulary undecoded; with the arrays it hands
+    over, it is the whole read: the same values, the same raw bytes the C merge table is built from, and the
+    header itself is left as it was."""
     from tokenizer.gguf import VOCAB_ARRAYS
 
     whole = read_gguf(qwen_path)
     facts = read_gguf(qwen_path, defer=VOCAB_ARRAYS)
     assert "tokenizer.ggml.tokens" not in facts.kv and "tokenizer.ggml.merges" not in facts.kv
     assert facts.kv["tokenizer.ggml.model"] == "gpt2" and facts.types == whole.types
-    held = facts.kv
-    facts.complete()
-    assert facts.kv is held and facts.kv == whole.kv and facts.raw == whole.raw and not facts.deferred
+    held = dict(facts.kv)
+    arrays = facts.vocab_arrays()
+    assert {**facts.kv, **arrays.kv} == whole.kv and arrays.raw == whole.raw
+    assert facts.kv == held and not facts.raw and facts.deferred
 
 
 def test_a_deferred_array_fails_where_it_is_decoded(tmp_path):
-    """Bad UTF-8 inside a deferred array: the facts read, and completing raises the whole read's error."""
+    """Bad UTF-8 inside a deferred array: the facts read, and decoding the arrays raises the whole read's error."""
     from tokenizer.gguf import VOCAB_ARRAYS
 
     path = tmp_path / "bad.gguf"
@@ -220,7 +222,7 @@ def test_a_deferred_array_fails_where_it_is_decoded(tmp_path):
     facts = read_gguf(path, defer=VOCAB_ARRAYS)
     assert facts.kv == {"tokenizer.ggml.model": "gpt2"}
     with pytest.raises(GGUFError) as raised:
-        facts.complete()
+        facts.vocab_arrays()
     with pytest.raises(GGUFError) as whole:
         read_gguf(path)
     assert (raised.value.offset, raised.value.problem) == (whole.value.offset, whole.value.problem)
@@ -240,5 +242,7 @@ def test_a_file_changed_after_the_deferred_read_is_read_again(tmp_path):
     path.write_bytes(build_gguf([("general.name", "string", "new"),
                                  ("tokenizer.ggml.tokens", "array:string", ["longer", "tokens", "here"])]))
     os.utime(path, ns=(facts.stamp[1] + 10**9, facts.stamp[1] + 10**9))
-    facts.complete()
+    held = facts.kv
+    facts.vocab_arrays()
+    assert facts.kv is held  # in place: a ModelMeta holds this very dict
     assert facts.kv == {"general.name": "new", "tokenizer.ggml.tokens": ["longer", "tokens", "here"]}
