@@ -35,16 +35,17 @@ def make_merger(merges: object, ids: Mapping[str, int], first_wins: bool, raw: d
         try:
             return build(*tokens_raw, *merges_raw, BYTE_TO_CHAR, first_wins)
         except (ValueError, TypeError):
-            pass  # the string-based constructor decides, exactly as without the raw arrays
+            # the string-based constructor decides, exactly as without the raw arrays
+            return _merger_from_strings(accel, merges, ids, first_wins)
+    return _merger_from_strings(accel, merges, ids, first_wins)
+
+
+def _merger_from_strings(accel, merges: object, ids: Mapping[str, int], first_wins: bool):
     strings = merges() if callable(merges) else merges
     if not isinstance(strings, list):
         return None
-    return _merger_from_strings(accel, strings, ids, first_wins)
-
-
-def _merger_from_strings(accel, merges: list, ids: Mapping[str, int], first_wins: bool):
     try:
-        return accel.Merger(merges, ids if isinstance(ids, dict) else dict(ids), BYTE_TO_CHAR, first_wins)
+        return accel.Merger(strings, ids if isinstance(ids, dict) else dict(ids), BYTE_TO_CHAR, first_wins)
     except (ValueError, TypeError):
         return None
 
