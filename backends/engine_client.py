@@ -66,7 +66,6 @@ def in_process() -> bool:
     return os.environ.get("TOKCHAT_ENGINE_IN_PROCESS", "") == "1"
 
 
-
 def wait_for_exit(proc: subprocess.Popen[Any], timeout: float) -> int:
     """``proc.wait(timeout)``, woken by the exit itself where the kernel can say so (a pidfd, Linux 5.3+).
 
@@ -84,6 +83,7 @@ def wait_for_exit(proc: subprocess.Popen[Any], timeout: float) -> int:
     finally:
         os.close(pidfd)
     return proc.wait()
+
 
 class EngineCrashed(BackendError):
     """The engine's process died; ``returncode`` as Popen gives it (negative: the signal)."""

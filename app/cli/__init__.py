@@ -113,5 +113,5 @@ def run() -> None:
         try:
             stream.flush()
         except (BrokenPipeError, OSError, ValueError):
-            code = code or 0  # a reader that went away (tokchat ... | head): as sys.exit would, without a trace
+            continue  # a reader that went away (tokchat ... | head): the status stands, without a trace
     os._exit(code)
